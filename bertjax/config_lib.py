@@ -1,0 +1,259 @@
+"""The experiment config: every field with its default, and its checks.
+
+Experiment files in ``experiments/configs/`` start from ``base_config()`` and
+set what their paper sets. ``validate`` checks every value that can be
+checked before any data is read or anything is compiled, and names the field
+and the allowed values in its message.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_collections
+
+from bertjax.models import bert as bert_lib
+from bertjax import optim
+from data_pipelines import corpus as corpus_lib
+from data_pipelines import instances as instances_lib
+from data_pipelines import masking as masking_lib
+from data_pipelines import tokenizer as tokenizer_lib
+
+# Logical axis -> mesh axes. Weights: FSDP over ``embed``, tensor parallel
+# over heads/mlp/vocab. Activations: batch over (data, fsdp).
+DEFAULT_RULES = (
+    ('act_batch', ('data', 'fsdp')),
+    ('act_len', None),
+    ('act_embed', None),
+    ('act_heads', 'tensor'),
+    ('act_kv', None),
+    ('act_mlp', 'tensor'),
+    ('act_vocab', 'tensor'),
+    ('act_predictions', None),
+    ('vocab', 'tensor'),
+    ('embed', 'fsdp'),
+    ('mlp', 'tensor'),
+    ('heads', 'tensor'),
+    ('kv', None),
+    ('qkv', None),
+    ('pos', None),
+    ('types', None),
+    ('classes', None),
+)
+
+
+def default_data_dir() -> str:
+  return os.environ.get('BERTJAX_DATA_DIR',
+                        os.path.join(os.path.expanduser('~'), '.cache',
+                                     'bertjax'))
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """All fields, with BERT-base phase-1 defaults (google-research/bert)."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0                      # Every random draw derives from this.
+  c.batch_size = 256              # Global, over all hosts.
+  c.total_steps = 1_000_000       # Length T of the lr schedule.
+  c.num_train_steps = 0           # Stop at this global step (0 = total).
+  c.init_from = ''                # A workdir whose latest state starts a run
+                                  # that has no checkpoint of its own.
+
+  c.model = ml_collections.ConfigDict()
+  c.model.size = 'base'           # bertjax.models.bert.SIZES
+  c.model.hidden_size = 0         # 0 = from size.
+  c.model.num_layers = 0
+  c.model.num_heads = 0
+  c.model.intermediate_size = 0
+  c.model.max_position_embeddings = 512
+  c.model.type_vocab_size = 2
+  c.model.hidden_dropout_rate = 0.1
+  c.model.attention_dropout_rate = 0.1
+  c.model.dtype = 'float32'       # Compute dtype: float32 | bfloat16.
+  c.model.param_dtype = 'float32'
+
+  c.objective = ml_collections.ConfigDict()
+  c.objective.mlm_weight = 1.0
+  c.objective.nsp_weight = 1.0    # 0 disables NSP (e.g. full_sentences).
+
+  c.data = ml_collections.ConfigDict()
+  c.data.corpus = ml_collections.ConfigDict()
+  c.data.corpus.source = 'embedded'   # embedded | files | tfds
+  c.data.corpus.path = ''
+  c.data.corpus.text_format = 'sentence_per_line'
+  c.data.corpus.tfds_name = ''
+  c.data.corpus.tfds_split = 'train'
+  c.data.corpus.tfds_data_dir = ''
+  c.data.corpus.max_documents = 0
+  c.data.tokenizer = ml_collections.ConfigDict()
+  c.data.tokenizer.model_path = ''    # '' = train one on the corpus.
+  c.data.tokenizer.vocab_size = 30522
+  c.data.tokenizer.model_type = 'unigram'
+  c.data.tokenizer.max_sentences = 2_000_000
+  c.data.data_dir = default_data_dir()
+  c.data.eval_fraction = 0.01
+  c.data.split_seed = 0
+  c.data.layout = 'nsp'               # nsp | full_sentences
+  c.data.max_seq_length = 128
+  c.data.short_seq_prob = 0.1
+  c.data.dupe_factor = 10             # Static masking: versions of the data.
+  c.data.num_threads = 4
+  c.data.prefetch_batches = 8
+
+  c.masking = ml_collections.ConfigDict()
+  c.masking.strategy = 'token'
+  c.masking.rate = 0.15
+  c.masking.max_predictions_per_seq = 20
+  c.masking.mask_token_prob = 0.8
+  c.masking.random_token_prob = 0.1
+  c.masking.dynamic = False           # False: static, cycles dupe_factor.
+
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = 'bert_adamw'     # bert_adamw | adamw
+  c.optimizer.schedule = 'bert_linear'
+  c.optimizer.learning_rate = 1e-4
+  c.optimizer.warmup_steps = 10_000
+  c.optimizer.b1 = 0.9
+  c.optimizer.b2 = 0.999
+  c.optimizer.eps = 1e-6
+  c.optimizer.weight_decay = 0.01
+  c.optimizer.grad_clip_norm = 1.0    # 0 = no clipping.
+
+  c.sharding = ml_collections.ConfigDict()
+  c.sharding.mesh_shape = (-1, 1, 1)  # (data, fsdp, tensor); -1 = the rest.
+  c.sharding.rules = DEFAULT_RULES
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.num_batches = 20
+
+  c.log_every_steps = 100
+  c.eval_every_steps = 10_000
+  c.checkpoint_every_steps = 10_000
+  c.keep_checkpoints = 3
+  return c
+
+
+def model_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
+  """The encoder's hyperparameters; ``vocab_size`` is already padded."""
+  m = cfg.model
+  overrides = {k: getattr(m, k) for k in ('hidden_size', 'num_layers',
+                                          'num_heads', 'intermediate_size')
+               if getattr(m, k)}
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return bert_lib.BertConfig.from_size(
+      m.size, vocab_size=vocab_size,
+      max_position_embeddings=m.max_position_embeddings,
+      type_vocab_size=m.type_vocab_size,
+      hidden_dropout_rate=m.hidden_dropout_rate,
+      attention_dropout_rate=m.attention_dropout_rate,
+      dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
+      **overrides)
+
+
+def _check(condition: bool, message: str, errors: list[str]) -> None:
+  if not condition:
+    errors.append(message)
+
+
+def validate(cfg) -> None:
+  """Raises ValueError listing every problem found in ``cfg``."""
+  errors: list[str] = []
+  m, d, k, o = cfg.model, cfg.data, cfg.masking, cfg.optimizer
+  _check(m.size in bert_lib.SIZES,
+         f'model.size={m.size!r}; use one of {sorted(bert_lib.SIZES)}.',
+         errors)
+  if m.size in bert_lib.SIZES:
+    _, hidden, heads = bert_lib.SIZES[m.size]
+    hidden, heads = m.hidden_size or hidden, m.num_heads or heads
+    _check(hidden % heads == 0, f'model.hidden_size={hidden} must be '
+           f'divisible by model.num_heads={heads}.', errors)
+  _check(m.dtype in ('float32', 'bfloat16'),
+         f'model.dtype={m.dtype!r}; use float32 or bfloat16.', errors)
+  _check(m.param_dtype in ('float32', 'bfloat16'),
+         f'model.param_dtype={m.param_dtype!r}; use float32 or bfloat16.',
+         errors)
+  for name in ('hidden_dropout_rate', 'attention_dropout_rate'):
+    value = getattr(m, name)
+    _check(0 <= value < 1, f'model.{name}={value} must be in [0, 1).',
+           errors)
+  _check(d.max_seq_length <= m.max_position_embeddings,
+         f'data.max_seq_length={d.max_seq_length} exceeds '
+         f'model.max_position_embeddings={m.max_position_embeddings}: the '
+         'model has no position embedding beyond that. Lower '
+         'data.max_seq_length or raise model.max_position_embeddings.',
+         errors)
+  _check(d.max_seq_length >= 8, f'data.max_seq_length={d.max_seq_length} '
+         'must be at least 8.', errors)
+  _check(d.layout in instances_lib.LAYOUTS,
+         f'data.layout={d.layout!r}; use one of {instances_lib.LAYOUTS}.',
+         errors)
+  _check(0 <= d.short_seq_prob <= 1,
+         f'data.short_seq_prob={d.short_seq_prob} must be in [0, 1].', errors)
+  _check(0 < d.eval_fraction < 1,
+         f'data.eval_fraction={d.eval_fraction} must be in (0, 1).', errors)
+  _check(d.dupe_factor >= 1, f'data.dupe_factor={d.dupe_factor} must be '
+         '>= 1.', errors)
+  _check(d.num_threads >= 1, f'data.num_threads={d.num_threads} must be '
+         '>= 1.', errors)
+  _check(d.layout != 'full_sentences' or not cfg.objective.nsp_weight,
+         'data.layout="full_sentences" has no sentence pairs: set '
+         'objective.nsp_weight=0.', errors)
+  _check(bool(d.data_dir), 'data.data_dir must be set.', errors)
+  tok = d.tokenizer
+  if not tok.model_path:
+    _check(tok.model_type in tokenizer_lib.MODEL_TYPES,
+           f'data.tokenizer.model_type={tok.model_type!r}; use one of '
+           f'{tokenizer_lib.MODEL_TYPES}.', errors)
+    _check(tok.vocab_size > tokenizer_lib.NUM_SPECIAL + 1,
+           f'data.tokenizer.vocab_size={tok.vocab_size} is too small.',
+           errors)
+  else:
+    _check(os.path.isfile(tok.model_path), 'data.tokenizer.model_path='
+           f'{tok.model_path!r} does not exist.', errors)
+  _check(d.corpus.source in corpus_lib.SOURCES,
+         f'data.corpus.source={d.corpus.source!r}; use one of '
+         f'{corpus_lib.SOURCES}.', errors)
+  try:
+    masking_lib.MaskingConfig(
+        strategy=k.strategy, rate=k.rate,
+        max_predictions_per_seq=k.max_predictions_per_seq,
+        mask_token_prob=k.mask_token_prob,
+        random_token_prob=k.random_token_prob).validate()
+  except ValueError as e:
+    errors.append(str(e))
+  _check(k.max_predictions_per_seq <= d.max_seq_length,
+         f'masking.max_predictions_per_seq={k.max_predictions_per_seq} '
+         f'exceeds data.max_seq_length={d.max_seq_length}.', errors)
+  _check(o.name in optim.OPTIMIZERS,
+         f'optimizer.name={o.name!r}; use one of {optim.OPTIMIZERS}.', errors)
+  _check(o.schedule in optim.SCHEDULES,
+         f'optimizer.schedule={o.schedule!r}; use one of {optim.SCHEDULES}.',
+         errors)
+  _check(o.learning_rate > 0, f'optimizer.learning_rate={o.learning_rate} '
+         'must be > 0.', errors)
+  _check(0 <= o.warmup_steps <= cfg.total_steps,
+         f'optimizer.warmup_steps={o.warmup_steps} must be in [0, '
+         f'total_steps={cfg.total_steps}].', errors)
+  for name in ('b1', 'b2'):
+    _check(0 <= getattr(o, name) < 1,
+           f'optimizer.{name}={getattr(o, name)} must be in [0, 1).', errors)
+  _check(o.eps > 0, f'optimizer.eps={o.eps} must be > 0.', errors)
+  _check(o.weight_decay >= 0 and o.grad_clip_norm >= 0,
+         'optimizer.weight_decay and optimizer.grad_clip_norm must be >= 0.',
+         errors)
+  _check(cfg.total_steps >= 1, f'total_steps={cfg.total_steps} must be '
+         '>= 1.', errors)
+  _check(0 <= cfg.num_train_steps <= cfg.total_steps,
+         f'num_train_steps={cfg.num_train_steps} must be in [0, '
+         f'total_steps={cfg.total_steps}] (0 = total_steps).', errors)
+  _check(cfg.batch_size >= 1, f'batch_size={cfg.batch_size} must be >= 1.',
+         errors)
+  for name in ('log_every_steps', 'eval_every_steps',
+               'checkpoint_every_steps', 'keep_checkpoints'):
+    _check(getattr(cfg, name) >= 1, f'{name}={getattr(cfg, name)} must be '
+           '>= 1.', errors)
+  _check(cfg.eval.num_batches >= 1, f'eval.num_batches={cfg.eval.num_batches}'
+         ' must be >= 1.', errors)
+  _check(cfg.init_from == '' or os.path.isdir(cfg.init_from),
+         f'init_from={cfg.init_from!r} is not a directory.', errors)
+  if errors:
+    raise ValueError('invalid config:\n  ' + '\n  '.join(errors))

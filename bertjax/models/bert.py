@@ -1,0 +1,268 @@
+"""The BERT encoder and its pretraining heads, in Flax Linen.
+
+Post-LayerNorm Transformer encoder with learned positions and token types
+(Devlin et al., 2019). Every parameter carries logical axis names and every
+activation is constrained at layer boundaries; the rules that map logical
+names to mesh axes live in the experiment config, never here.
+
+Logical names. Parameters: ``vocab``, ``embed``, ``pos``, ``types``,
+``heads``, ``kv``, ``qkv`` (the fused Q/K/V axis), ``mlp``, ``classes``.
+Activations: ``act_batch``, ``act_len``, ``act_embed``, ``act_heads``,
+``act_kv``, ``act_mlp``, ``act_vocab``, ``act_predictions``.
+
+Einsum letters: B batch, L length, D model, H heads, K head dim, F FFN,
+V vocabulary, P predictions per sequence, Q the fused q/k/v axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+# Size presets: (layers, hidden, heads). FFN is 4 x hidden, heads are 64 wide.
+# tiny/mini/small/medium: Turc et al. 2019, "Well-Read Students Learn Better",
+# Table 6 (the 24 BERT miniatures); base/large: Devlin et al. 2019, Sec. 3.
+SIZES = {
+    'tiny': (2, 128, 2),
+    'mini': (4, 256, 4),
+    'small': (4, 512, 8),
+    'medium': (8, 512, 8),
+    'base': (12, 768, 12),
+    'large': (24, 1024, 16),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """Hyperparameters of the encoder and heads (not the experiment config)."""
+  vocab_size: int
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  intermediate_size: int = 3072
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  hidden_dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  layer_norm_epsilon: float = 1e-12
+  initializer_range: float = 0.02
+  # google-research/bert's gelu is the tanh approximation.
+  gelu_approximate: bool = True
+  dtype: Any = jnp.float32          # Compute dtype.
+  param_dtype: Any = jnp.float32    # Master weights.
+
+  @classmethod
+  def from_size(cls, size: str, **overrides) -> 'BertConfig':
+    if size not in SIZES:
+      raise ValueError(f'model.size={size!r}; use one of {sorted(SIZES)}.')
+    layers, hidden, heads = SIZES[size]
+    kwargs = dict(hidden_size=hidden, num_layers=layers, num_heads=heads,
+                  intermediate_size=4 * hidden)
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+
+def _init(cfg: BertConfig, names: tuple[str | None, ...]):
+  return nn.with_logical_partitioning(
+      nn.initializers.truncated_normal(cfg.initializer_range), names)
+
+
+def _zeros(names):
+  return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
+
+
+def _ones(names):
+  return nn.with_logical_partitioning(nn.initializers.ones_init(), names)
+
+
+def _constrain(x, *names):
+  return nn.with_logical_constraint(x, names)
+
+
+class LayerNorm(nn.Module):
+  cfg: BertConfig
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.LayerNorm(
+        epsilon=self.cfg.layer_norm_epsilon, dtype=self.cfg.dtype,
+        param_dtype=self.cfg.param_dtype, scale_init=_ones(('embed',)),
+        bias_init=_zeros(('embed',)))(x)
+
+
+def _gelu(cfg: BertConfig, x):
+  return jax.nn.gelu(x, approximate=cfg.gelu_approximate)
+
+
+class Embeddings(nn.Module):
+  """Word + position + token-type embeddings, LayerNorm, dropout."""
+  cfg: BertConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.word = nn.Embed(cfg.vocab_size, cfg.hidden_size,
+                         embedding_init=_init(cfg, ('vocab', 'embed')),
+                         param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    self.position = nn.Embed(cfg.max_position_embeddings, cfg.hidden_size,
+                             embedding_init=_init(cfg, ('pos', 'embed')),
+                             param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    self.token_type = nn.Embed(cfg.type_vocab_size, cfg.hidden_size,
+                               embedding_init=_init(cfg, ('types', 'embed')),
+                               param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    self.layer_norm = LayerNorm(cfg)
+    self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
+
+  def __call__(self, input_ids, token_type_ids, deterministic: bool):
+    positions = jnp.arange(input_ids.shape[1])[None, :]
+    x = (self.word(input_ids) + self.position(positions)
+         + self.token_type(token_type_ids))
+    x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+    return _constrain(x, 'act_batch', 'act_len', 'act_embed')
+
+  def attend(self, x):
+    """Logits against the word embeddings (the tied MLM decoder)."""
+    return self.word.attend(x)
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention with one fused Q/K/V projection."""
+  cfg: BertConfig
+
+  @nn.compact
+  def __call__(self, x, attention_mask, deterministic: bool):
+    cfg = self.cfg
+    qkv_kernel = self.param('qkv_kernel',
+                            _init(cfg, ('embed', 'qkv', 'heads', 'kv')),
+                            (cfg.hidden_size, 3, cfg.num_heads, cfg.head_dim),
+                            cfg.param_dtype)
+    qkv_bias = self.param('qkv_bias', _zeros(('qkv', 'heads', 'kv')),
+                          (3, cfg.num_heads, cfg.head_dim), cfg.param_dtype)
+    qkv = jnp.einsum('BLD,DQHK->BLQHK', x.astype(cfg.dtype),
+                     qkv_kernel.astype(cfg.dtype)) + qkv_bias.astype(cfg.dtype)
+    q, k, v = (_constrain(qkv[:, :, i], 'act_batch', 'act_len', 'act_heads',
+                          'act_kv') for i in range(3))
+    # mask [B, 1, Lq, Lk]: padding keys are never attended to.
+    mask = attention_mask[:, None, None, :].astype(bool)
+    if not deterministic and cfg.attention_dropout_rate > 0:
+      # jax.nn.dot_product_attention has no dropout: attention dropout needs
+      # the explicit softmax.
+      logits = jnp.einsum('BLHK,BMHK->BHLM', q, k) / jnp.sqrt(
+          cfg.head_dim).astype(cfg.dtype)
+      logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+      probs = jax.nn.softmax(logits.astype(jnp.float32)).astype(cfg.dtype)
+      probs = nn.Dropout(cfg.attention_dropout_rate)(
+          probs, deterministic=False)
+      out = jnp.einsum('BHLM,BMHK->BLHK', probs, v)
+    else:
+      out = jax.nn.dot_product_attention(q, k, v, mask=mask)
+    out = _constrain(out, 'act_batch', 'act_len', 'act_heads', 'act_kv')
+    out_kernel = self.param('out_kernel',
+                            _init(cfg, ('heads', 'kv', 'embed')),
+                            (cfg.num_heads, cfg.head_dim, cfg.hidden_size),
+                            cfg.param_dtype)
+    out_bias = self.param('out_bias', _zeros(('embed',)), (cfg.hidden_size,),
+                          cfg.param_dtype)
+    out = jnp.einsum('BLHK,HKD->BLD', out, out_kernel.astype(cfg.dtype)
+                     ) + out_bias.astype(cfg.dtype)
+    return _constrain(out, 'act_batch', 'act_len', 'act_embed')
+
+
+class FeedForward(nn.Module):
+  cfg: BertConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.cfg
+    h = nn.Dense(cfg.intermediate_size, dtype=cfg.dtype,
+                 param_dtype=cfg.param_dtype,
+                 kernel_init=_init(cfg, ('embed', 'mlp')),
+                 bias_init=_zeros(('mlp',)), name='wi')(x)
+    h = _constrain(_gelu(cfg, h), 'act_batch', 'act_len', 'act_mlp')
+    return nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
+                    param_dtype=cfg.param_dtype,
+                    kernel_init=_init(cfg, ('mlp', 'embed')),
+                    bias_init=_zeros(('embed',)), name='wo')(h)
+
+
+class EncoderLayer(nn.Module):
+  """Post-LN: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+  cfg: BertConfig
+
+  @nn.compact
+  def __call__(self, x, attention_mask, deterministic: bool):
+    cfg = self.cfg
+    dropout = nn.Dropout(cfg.hidden_dropout_rate)
+    h = SelfAttention(cfg, name='attention')(x, attention_mask, deterministic)
+    x = LayerNorm(cfg, name='attention_norm')(
+        x + dropout(h, deterministic=deterministic))
+    h = FeedForward(cfg, name='ffn')(x)
+    x = LayerNorm(cfg, name='ffn_norm')(
+        x + dropout(h, deterministic=deterministic))
+    return _constrain(x, 'act_batch', 'act_len', 'act_embed')
+
+
+class BertForPreTraining(nn.Module):
+  """Encoder + pooler + sparse MLM head (tied decoder) + NSP head.
+
+  Inputs are ``[B, L]`` int arrays (``input_ids``, ``token_type_ids``,
+  ``attention_mask``) and ``masked_positions`` ``[B, P]``. Returns a dict:
+  ``mlm_logits`` float32 [B, P, V] (only the masked positions are projected
+  onto the vocabulary), ``nsp_logits`` float32 [B, 2], ``sequence_output``
+  [B, L, D] and ``pooled_output`` [B, D].
+  """
+  cfg: BertConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.embeddings = Embeddings(cfg)
+    self.layers = [EncoderLayer(cfg, name=f'layer_{i}')
+                   for i in range(cfg.num_layers)]
+    self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
+                           param_dtype=cfg.param_dtype,
+                           kernel_init=_init(cfg, ('embed', 'mlp')),
+                           bias_init=_zeros(('mlp',)))
+    self.mlm_transform = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
+                                  param_dtype=cfg.param_dtype,
+                                  kernel_init=_init(cfg, ('embed', 'mlp')),
+                                  bias_init=_zeros(('mlp',)))
+    self.mlm_norm = LayerNorm(cfg)
+    self.mlm_bias = self.param('mlm_output_bias', _zeros(('vocab',)),
+                               (cfg.vocab_size,), cfg.param_dtype)
+    self.nsp = nn.Dense(2, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                        kernel_init=_init(cfg, ('embed', 'classes')),
+                        bias_init=_zeros(('classes',)))
+
+  def encode(self, input_ids, token_type_ids, attention_mask,
+             deterministic: bool = True):
+    """Sequence output [B, L, D]."""
+    x = self.embeddings(input_ids, token_type_ids, deterministic)
+    for layer in self.layers:
+      x = layer(x, attention_mask, deterministic)
+    return x
+
+  def __call__(self, input_ids, token_type_ids, attention_mask,
+               masked_positions, deterministic: bool = True):
+    x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
+    pooled = jnp.tanh(self.pooler(x[:, 0]))
+    # Sparse head: gather the P masked positions before the V projection.
+    h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
+    h = _constrain(h, 'act_batch', 'act_predictions', 'act_embed')
+    h = self.mlm_norm(_gelu(self.cfg, self.mlm_transform(h)))
+    logits = self.embeddings.attend(h) + self.mlm_bias.astype(self.cfg.dtype)
+    logits = _constrain(logits.astype(jnp.float32), 'act_batch',
+                        'act_predictions', 'act_vocab')
+    return {
+        'mlm_logits': logits,
+        'nsp_logits': self.nsp(pooled).astype(jnp.float32),
+        'sequence_output': x,
+        'pooled_output': pooled,
+    }
+

@@ -1,0 +1,66 @@
+"""Pretraining objectives as pure functions of model outputs and a batch.
+
+Each returns ``(loss, metrics)`` where metrics are sums and counts, so they
+can be added across batches and hosts before dividing. Formulas follow
+google-research/bert ``run_pretraining.py``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def masked_lm(logits: jax.Array, labels: jax.Array, weights: jax.Array):
+  """BERT's MLM loss: ``sum(w * nll) / (sum(w) + 1e-5)``.
+
+  Args:
+    logits: float32 [B, P, V].
+    labels: int [B, P], the original token ids.
+    weights: float32 [B, P], 1 for real prediction slots, 0 for padding.
+  """
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  loss = jnp.sum(weights * nll) / (jnp.sum(weights) + 1e-5)
+  correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  return loss, {
+      'mlm_loss_sum': jnp.sum(weights * nll),
+      'mlm_correct': jnp.sum(weights * correct),
+      'mlm_count': jnp.sum(weights),
+  }
+
+
+def next_sentence(logits: jax.Array, labels: jax.Array):
+  """Mean cross-entropy over the batch. logits [B, 2], labels int [B]."""
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  return jnp.mean(nll), {
+      'nsp_loss_sum': jnp.sum(nll),
+      'nsp_correct': jnp.sum(correct),
+      'nsp_count': jnp.asarray(labels.shape[0], jnp.float32),
+  }
+
+
+def bert_pretraining(outputs: dict, batch: dict, mlm_weight: float = 1.0,
+                     nsp_weight: float = 1.0):
+  """MLM + NSP, weighted. NSP is skipped entirely when its weight is 0."""
+  mlm_loss, metrics = masked_lm(outputs['mlm_logits'], batch['masked_ids'],
+                                batch['masked_weights'])
+  loss = mlm_weight * mlm_loss
+  if nsp_weight:
+    nsp_loss, nsp_metrics = next_sentence(outputs['nsp_logits'],
+                                          batch['next_sentence_labels'])
+    loss = loss + nsp_weight * nsp_loss
+    metrics.update(nsp_metrics)
+  return loss, metrics
+
+
+def summarize(sums: dict) -> dict:
+  """Turns summed metrics into means: mlm_loss, mlm_accuracy, nsp_*."""
+  out = {}
+  for name in ('mlm', 'nsp'):
+    count = sums.get(f'{name}_count')
+    if count:
+      out[f'{name}_loss'] = float(sums[f'{name}_loss_sum']) / float(count)
+      out[f'{name}_accuracy'] = float(sums[f'{name}_correct']) / float(count)
+  return out

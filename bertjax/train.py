@@ -1,0 +1,355 @@
+"""Pretraining: one ``train_and_evaluate`` that reads top to bottom.
+
+  python -m bertjax.train --config=experiments/configs/demo.py \
+      --workdir=/tmp/bertjax-demo [--config.total_steps=100 ...]
+
+Rerunning the same command in the same workdir resumes from the latest
+checkpoint (model, optimizer, step and data iterator), so the resumed run
+reaches the same final metrics as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from absl import app
+from absl import flags
+from absl import logging
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
+import numpy as np
+import optax
+
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import config_lib
+from bertjax import metric_writers
+from bertjax import objectives
+from bertjax import optim
+from bertjax import sharding
+from bertjax.models import bert as bert_lib
+from data_pipelines import corpus as corpus_lib
+from data_pipelines import pipeline
+from data_pipelines import pretokenize
+from data_pipelines import tokenizer as tokenizer_lib
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Experiment config file, e.g. '
+    'experiments/configs/demo.py or experiments/configs/bert.py:size=large',
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Directory for checkpoints, metrics and TensorBoard '
+    'events. Rerunning in the same workdir resumes.')
+
+# Independent keys split once from the seed: model init and dropout.
+_MODEL_KEY, _DROPOUT_KEY = 1, 2
+# Config sections a resumed run must share with the run that wrote the
+# checkpoints: anything else (steps, logging, eval) may change on resume.
+_RUN_IDENTITY = ('seed', 'model', 'data.corpus', 'data.tokenizer',
+                 'data.max_seq_length')
+_RUN_META = 'run_meta.json'
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+class ResumeError(ValueError):
+  """The workdir holds a run that this config cannot continue."""
+
+
+def _section(cfg, dotted: str):
+  value = cfg
+  for part in dotted.split('.'):
+    value = value[part]
+  return value.to_dict() if hasattr(value, 'to_dict') else value
+
+
+def run_identity(cfg) -> dict:
+  return {name: _section(cfg, name) for name in _RUN_IDENTITY}
+
+
+def check_resume_compatible(workdir: str, cfg) -> dict | None:
+  """Fails when ``workdir`` holds a run with a different identity."""
+  path = os.path.join(workdir, _RUN_META)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    saved = json.load(f)
+  mine = json.loads(json.dumps(run_identity(cfg)))
+  changed = sorted(k for k in mine if saved['identity'].get(k) != mine[k])
+  if changed:
+    raise ResumeError(
+        f'workdir {workdir!r} holds a run whose {", ".join(changed)} differ '
+        f'from this config (saved: {[saved["identity"].get(k) for k in changed]}'
+        f', now: {[mine[k] for k in changed]}). Its checkpoints cannot '
+        'continue with these settings: use a new --workdir, or restore the '
+        'original settings.')
+  return saved
+
+
+def check_tokenizer_matches(saved_meta: dict | None,
+                            tokenizer: tokenizer_lib.Tokenizer,
+                            workdir: str) -> None:
+  if saved_meta and saved_meta['tokenizer_sha256'] != tokenizer.sha256:
+    raise ResumeError(
+        f'the tokenizer (sha256 {tokenizer.sha256[:12]}, '
+        f'{tokenizer.vocab_size} pieces) is not the one the checkpoints in '
+        f'{workdir!r} were trained with (sha256 '
+        f'{saved_meta["tokenizer_sha256"][:12]}, {saved_meta["vocab_size"]} '
+        'pieces). Use the original tokenizer model, or a new --workdir.')
+
+
+def _say(text: str) -> None:
+  """Prints on process 0 only (absl INFO is silenced by default)."""
+  if jax.process_index() == 0:
+    print(text, flush=True)
+
+
+def _write_json_atomic(path: str, value) -> None:
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def _memory_report(compiled) -> str:
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except  # Not on every backend.
+    m = None
+  if m is None:
+    return 'memory analysis: not available on this backend'
+  gib = 2.0**30
+  return ('memory per device: arguments %.3f GiB, outputs %.3f GiB, '
+          'temporaries %.3f GiB' % (m.argument_size_in_bytes / gib,
+                                    m.output_size_in_bytes / gib,
+                                    m.temp_size_in_bytes / gib))
+
+
+def most_frequent_token(unigram_counts: np.ndarray) -> int:
+  """The most frequent non-special token of the training split."""
+  counts = unigram_counts.copy()
+  counts[:tokenizer_lib.NUM_SPECIAL] = -1
+  return int(np.argmax(counts))
+
+
+def baseline_accuracy(batches: list[dict], token: int) -> float:
+  """Accuracy of always predicting ``token`` at the eval batches' positions."""
+  hits = sum(float((b['masked_weights'] * (b['masked_ids'] == token)).sum())
+             for b in batches)
+  total = sum(float(b['masked_weights'].sum()) for b in batches)
+  return hits / max(total, 1.0)
+
+
+def train_and_evaluate(cfg, workdir: str) -> dict:
+  """Trains per ``cfg`` in ``workdir`` (resuming if possible).
+
+  Returns the final eval metrics (``eval_mlm_accuracy`` etc.) together with
+  ``baseline_mlm_accuracy``, the accuracy of predicting the most frequent
+  token at the same positions.
+  """
+  # ---- Checks that read no data and write nothing.
+  config_lib.validate(cfg)
+  corpus_lib.validate(corpus_lib.CorpusSpec.from_config(cfg.data.corpus))
+  saved_meta = check_resume_compatible(workdir, cfg)
+  is_main = jax.process_index() == 0
+  num_train_steps = cfg.num_train_steps or cfg.total_steps
+
+  # ---- Mesh.
+  mesh = sharding.make_mesh(cfg.sharding.mesh_shape)
+  rules = sharding.logical_rules(cfg)
+  _say(f'mesh {dict(mesh.shape)} over {mesh.size} device(s) '
+       f'({jax.devices()[0].device_kind})')
+
+  # ---- Input pipeline.
+  prepared = pretokenize.prepare(cfg.data)
+  tokenizer = prepared.tokenizer
+  check_tokenizer_matches(saved_meta, tokenizer, workdir)
+  vocab_size = tokenizer_lib.padded_vocab_size(tokenizer.vocab_size)
+  train_iter = iter(pipeline.train_dataset(
+      prepared, cfg, jax.process_index(), jax.process_count()))
+  eval_batches = pipeline.eval_batches(
+      prepared, cfg, jax.process_index(), jax.process_count())
+  spec = pipeline.batch_spec(cfg, jax.process_count())
+  global_spec = pipeline.batch_spec(cfg, 1)
+
+  # ---- Model and optimizer.
+  model_cfg = config_lib.model_config(cfg, vocab_size)
+  model = bert_lib.BertForPreTraining(model_cfg)
+  tx, schedule = optim.make_optimizer(cfg)
+  root_key = jax.random.key(cfg.seed)
+
+  def init_state():
+    dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
+             in global_spec.items()}
+    params = model.init(jax.random.fold_in(root_key, _MODEL_KEY),
+                        dummy['input_ids'], dummy['token_type_ids'],
+                        dummy['attention_mask'], dummy['masked_positions']
+                        )['params']
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=tx.init(params))
+
+  def loss_fn(params, batch, dropout_key):
+    outputs = model.apply(
+        {'params': params}, batch['input_ids'], batch['token_type_ids'],
+        batch['attention_mask'], batch['masked_positions'],
+        deterministic=dropout_key is None,
+        rngs=None if dropout_key is None else {'dropout': dropout_key})
+    return objectives.bert_pretraining(
+        outputs, batch, cfg.objective.mlm_weight, cfg.objective.nsp_weight)
+
+  def train_step(state: TrainState, batch):
+    dropout_key = jax.random.fold_in(
+        jax.random.fold_in(root_key, _DROPOUT_KEY), state.step)
+    (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch, dropout_key)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(sums, loss=loss, grad_norm=optax.global_norm(grads),
+                   learning_rate=schedule(state.step))
+    return TrainState(state.step + 1, params, opt_state), metrics
+
+  def eval_step(params, batch):
+    return loss_fn(params, batch, None)[1]
+
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    # ---- Shard: the state is born sharded.
+    abstract_state, state_sh = sharding.state_shardings(init_state, mesh,
+                                                        rules)
+    sharding.check_divisible(abstract_state, mesh)
+    batch_sh = sharding.batch_sharding(mesh)
+    abstract_batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sh)
+                      for k, (shape, dtype) in global_spec.items()}
+
+    def to_global(batch):
+      return {k: jax.make_array_from_process_local_data(batch_sh, batch[k])
+              for k in spec}
+
+    # ---- Update step, compiled ahead of time.
+    t0 = time.time()
+    step_fn = jax.jit(train_step, in_shardings=(state_sh, batch_sh),
+                      out_shardings=(state_sh, sharding.replicated(mesh)),
+                      donate_argnums=0).lower(abstract_state,
+                                              abstract_batch).compile()
+    eval_fn = jax.jit(eval_step, in_shardings=(state_sh.params, batch_sh),
+                      out_shardings=sharding.replicated(mesh))
+    compile_seconds = time.time() - t0
+    _say(f'compiled the train step in {compile_seconds:.1f}s; '
+         f'{_memory_report(step_fn)}')
+
+    # ---- Load checkpoint, or initialize. First write to the workdir.
+    os.makedirs(workdir, exist_ok=True)
+    if is_main:
+      _write_json_atomic(os.path.join(workdir, _RUN_META), {
+          'identity': run_identity(cfg), 'tokenizer_sha256': tokenizer.sha256,
+          'vocab_size': tokenizer.vocab_size, 'config': cfg.to_dict()})
+      tokenizer.save(os.path.join(workdir, 'tokenizer.model'))
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
+        cfg.keep_checkpoints)
+    latest = ckpt.latest_step()
+    if latest is not None:
+      state = ckpt.restore(latest, abstract_state, train_iter)
+      _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+    elif cfg.init_from:
+      state = _init_from(cfg.init_from, abstract_state)
+    else:
+      state = sharding.create_sharded(init_state, state_sh)
+    step = int(jax.device_get(state.step))
+
+    def evaluate(params) -> dict:
+      sums = None
+      for batch in eval_batches:
+        out = eval_fn(params, to_global(batch))
+        sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
+      return {f'eval_{k}': v for k, v in
+              objectives.summarize(jax.device_get(sums)).items()}
+
+    # ---- Train loop.
+    writer = metric_writers.MetricWriter(workdir, num_train_steps, step,
+                                         enabled=is_main)
+    writer.message(f'training steps {step}..{num_train_steps} on '
+                   f'{mesh.size} device(s); compile {compile_seconds:.1f}s')
+    tokens, t_last = 0, time.time()
+    while step < num_train_steps:
+      batch = next(train_iter)
+      tokens += int(batch['attention_mask'].sum()) * jax.process_count()
+      state, metrics = step_fn(state, to_global(batch))
+      step += 1
+      last = step == num_train_steps
+      if step % cfg.log_every_steps == 0 or last:
+        metrics = jax.device_get(metrics)
+        if not np.isfinite(metrics['loss']):  # Diverged: stop, keep ckpts.
+          raise FloatingPointError(
+              f'loss is {metrics["loss"]} at step {step}; the last good '
+              f'checkpoint is step {ckpt.latest_step()} in {workdir}.')
+        now = time.time()
+        summary = objectives.summarize(metrics)
+        summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
+                       learning_rate=metrics['learning_rate'],
+                       tokens_per_second=tokens / max(now - t_last, 1e-9))
+        if step % cfg.eval_every_steps == 0 or last:
+          summary.update(evaluate(state.params))
+        writer.write(step, summary)
+        tokens, t_last = 0, time.time()
+      ckpt.save(step, state, train_iter, force=last)
+    ckpt.wait()
+    ckpt.close()
+
+    # ---- Final evaluation against the most-frequent-token baseline.
+    final = evaluate(state.params)
+    token = most_frequent_token(prepared.train_index.unigram_counts)
+    final['baseline_mlm_accuracy'] = baseline_accuracy(eval_batches, token)
+    writer.message(
+        f'final held-out MLM accuracy {final["eval_mlm_accuracy"]:.4f}; '
+        f'always predicting the most frequent token '
+        f'({tokenizer.id_to_piece(token)!r}) scores '
+        f'{final["baseline_mlm_accuracy"]:.4f} on the same positions '
+        f'({final["eval_mlm_accuracy"] / max(final["baseline_mlm_accuracy"], 1e-9):.2f}x).')
+    writer.close()
+    return final
+
+
+def _init_from(other_workdir: str, abstract_state):
+  """The latest state of another run (e.g. phase 1 for phase 2)."""
+  directory = os.path.join(other_workdir, 'checkpoints')
+  step = checkpoint_lib.latest_step(directory)
+  if step is None:
+    raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  with ocp.CheckpointManager(
+      os.path.abspath(directory),
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state)))
+  _say(f'initialized from {other_workdir} step {step}')
+  return restored['state']
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if _CONFIG.value is None or not _WORKDIR.value:
+    raise app.UsageError('--config and --workdir are required.')
+  if not flags.FLAGS['verbosity'].present:
+    # Orbax and TFDS log every step of every save at INFO; -v 0 shows them.
+    logging.set_verbosity(logging.WARNING)
+  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+
+
+def run() -> None:
+  """Console entry point (``bertjax-train``)."""
+  app.run(main)
+
+
+if __name__ == '__main__':
+  run()

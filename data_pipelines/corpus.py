@@ -1,0 +1,342 @@
+"""Corpus readers: text files, TFDS text datasets, and the embedded default.
+
+Every reader yields documents, each a list of sentences (``list[str]``), in a
+deterministic order. Document boundaries are kept: next-sentence prediction
+draws its negatives from other documents, and packing marks the boundaries.
+
+Readers are cheap to validate (``validate``) before anything expensive runs,
+so a missing or empty corpus fails before a tokenizer is trained or a
+directory is written.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import glob
+import hashlib
+import inspect
+import os
+import re
+import sysconfig
+from typing import Iterator, Sequence
+
+Document = list[str]
+
+SOURCES = ('embedded', 'files', 'tfds')
+TEXT_FORMATS = ('sentence_per_line', 'paragraphs')
+
+# A sentence ends at . ! or ? (optionally followed by closing quotes or
+# brackets) when whitespace and an upper-case letter, digit or opening quote
+# follow. Abbreviations below do not end sentences.
+_SENTENCE_END = re.compile(r'([.!?]["\')\]]*)\s+(?=["\'(\[]?[A-Z0-9])')
+_ABBREVIATIONS = frozenset(
+    'e.g i.e etc vs cf mr mrs ms dr prof sr jr st no fig eq al approx '
+    'resp dept est inc ltd co jan feb mar apr jun jul aug sep sept oct nov '
+    'dec'.split())
+_CONTROL = re.compile(r'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
+_SPACES = re.compile(r'\s+')
+
+
+class CorpusError(ValueError):
+  """The corpus cannot be read; the message says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSpec:
+  """Where the text comes from. Built from the config's ``corpus`` section.
+
+  Attributes:
+    source: 'embedded' (the Python standard library's documentation), 'files'
+      (``path`` is a directory, a file or a glob), or 'tfds' (``tfds_name`` is
+      ``name[/config][:version]:feature``, e.g. ``wikipedia/20230601.en:text``).
+    path: for 'files'.
+    text_format: for 'files': 'sentence_per_line' (google-research/bert's
+      format: one sentence per line, a blank line between documents) or
+      'paragraphs' (each file is one document of free text; paragraphs are
+      split into sentences by a rule-based splitter).
+    tfds_name: for 'tfds'.
+    tfds_split: for 'tfds'.
+    tfds_data_dir: for 'tfds'; None means TFDS's default.
+    max_documents: keep only the first N documents (0 = all).
+  """
+  source: str = 'embedded'
+  path: str = ''
+  text_format: str = 'sentence_per_line'
+  tfds_name: str = ''
+  tfds_split: str = 'train'
+  tfds_data_dir: str | None = None
+  max_documents: int = 0
+
+  @classmethod
+  def from_config(cls, cfg) -> 'CorpusSpec':
+    return cls(
+        source=cfg.source, path=cfg.path, text_format=cfg.text_format,
+        tfds_name=cfg.tfds_name, tfds_split=cfg.tfds_split,
+        tfds_data_dir=cfg.tfds_data_dir or None,
+        max_documents=cfg.max_documents)
+
+
+# ---------------------------------------------------------------------------
+# Text normalisation and sentence splitting.
+
+
+def clean_text(text: str) -> str:
+  """Removes control characters and collapses whitespace to single spaces."""
+  return _SPACES.sub(' ', _CONTROL.sub(' ', text)).strip()
+
+
+def split_sentences(paragraph: str) -> list[str]:
+  """Splits a paragraph of prose into sentences with a rule-based splitter."""
+  paragraph = clean_text(paragraph)
+  if not paragraph:
+    return []
+  sentences, start = [], 0
+  for match in _SENTENCE_END.finditer(paragraph):
+    end = match.end(1)
+    last_word = paragraph[start:end].rsplit(' ', 1)[-1].rstrip('.!?"\')]')
+    if last_word.lower().lstrip('("\'[') in _ABBREVIATIONS:
+      continue
+    if len(last_word) == 1 and last_word.isalpha():  # An initial: "J. Smith".
+      continue
+    sentences.append(paragraph[start:end].strip())
+    start = match.end()
+  sentences.append(paragraph[start:].strip())
+  return [s for s in sentences if s]
+
+
+def _paragraphs_to_document(paragraphs: Sequence[str]) -> Document:
+  return [s for p in paragraphs for s in split_sentences(p)]
+
+
+# ---------------------------------------------------------------------------
+# (a) Text files.
+
+
+def _expand_files(path: str) -> list[str]:
+  if os.path.isdir(path):
+    files = [os.path.join(root, name)
+             for root, _, names in os.walk(path) for name in names
+             if not name.startswith('.')]
+  else:
+    files = glob.glob(path, recursive=True)
+  return sorted(f for f in files if os.path.isfile(f))
+
+
+def _read_text(file: str) -> str:
+  # Invalid UTF-8 is replaced, not fatal: one bad byte must not end a run.
+  with open(file, 'rb') as f:
+    return f.read().decode('utf-8', errors='replace')
+
+
+def read_text_files(path: str, text_format: str) -> Iterator[Document]:
+  """Documents from text files (see ``CorpusSpec`` for the two formats)."""
+  for file in _expand_files(path):
+    text = _read_text(file)
+    if text_format == 'sentence_per_line':
+      document: Document = []
+      for line in text.splitlines():
+        line = clean_text(line)
+        if line:
+          document.append(line)
+        elif document:
+          yield document
+          document = []
+      if document:
+        yield document
+    else:
+      paragraphs = re.split(r'\n\s*\n', text)
+      document = _paragraphs_to_document(paragraphs)
+      if document:
+        yield document
+
+
+# ---------------------------------------------------------------------------
+# (b) TFDS text datasets.
+
+
+def _parse_tfds_name(tfds_name: str) -> tuple[str, str]:
+  name, sep, feature = tfds_name.rpartition(':')
+  if not sep or not name or not feature:
+    raise CorpusError(
+        f'corpus.tfds_name={tfds_name!r} must look like "name[/config]'
+        '[:version]:feature", e.g. "wikipedia/20230601.en:text".')
+  return name, feature
+
+
+def _tfds_source(spec: CorpusSpec):
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  name, feature = _parse_tfds_name(spec.tfds_name)
+  try:
+    source = tfds.data_source(
+        name, split=spec.tfds_split, data_dir=spec.tfds_data_dir,
+        download=False)
+  except Exception as e:  # TFDS raises many types for "not prepared".
+    raise CorpusError(
+        f'corpus.tfds_name={spec.tfds_name!r}: TFDS could not open split '
+        f'{spec.tfds_split!r} in data dir {spec.tfds_data_dir or "(default)"}'
+        f' ({type(e).__name__}: {e}). Prepare it first in ArrayRecord format '
+        '(tfds build NAME --file_format=array_record) or set '
+        'corpus.tfds_data_dir.') from e
+  return source, feature
+
+
+def read_tfds(spec: CorpusSpec) -> Iterator[Document]:
+  """Documents from a TFDS dataset's text feature (paragraphs per line)."""
+  source, feature = _tfds_source(spec)
+  for i in range(len(source)):
+    text = source[i][feature]
+    if isinstance(text, bytes):
+      text = text.decode('utf-8', errors='replace')
+    document = _paragraphs_to_document(str(text).split('\n'))
+    if document:
+      yield document
+
+
+# ---------------------------------------------------------------------------
+# (c) The embedded default: the documentation shipped with CPython.
+
+# Packages whose docstrings are mostly tests, generated tables or old syntax.
+_SKIPPED_STDLIB_DIRS = frozenset(
+    {'site-packages', 'dist-packages', 'test', 'tests', 'idle_test',
+     'lib2to3', 'ensurepip', '__pycache__', 'config-3', 'turtledemo'})
+
+
+def _is_prose(paragraph: str) -> bool:
+  lines = paragraph.strip('\n').splitlines()
+  if not lines:
+    return False
+  if any(line.lstrip().startswith(('>>>', '...', '$ ', '%', '|', '+--'))
+         for line in lines):
+    return False
+  # Indented blocks after the first line are code or tables in docstrings.
+  if any(line.startswith((' ', '\t')) for line in lines):
+    return False
+  text = ' '.join(lines)
+  letters = sum(c.isalpha() or c == ' ' for c in text)
+  return len(text) >= 20 and letters / len(text) > 0.85 and ' ' in text
+
+
+def _docstring_sentences(docstring: str) -> list[str]:
+  paragraphs = re.split(r'\n\s*\n', inspect.cleandoc(docstring))
+  return _paragraphs_to_document([p for p in paragraphs if _is_prose(p)])
+
+
+def _module_document(source: str) -> Document:
+  try:
+    tree = ast.parse(source)
+  except (SyntaxError, ValueError):
+    return []
+  document: Document = []
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                         ast.AsyncFunctionDef)):
+      docstring = ast.get_docstring(node, clean=False)
+      if docstring:
+        document.extend(_docstring_sentences(docstring))
+  return document
+
+
+def stdlib_files() -> list[str]:
+  root = sysconfig.get_paths()['stdlib']
+  files = []
+  for directory, subdirs, names in os.walk(root):
+    subdirs[:] = sorted(d for d in subdirs if d not in _SKIPPED_STDLIB_DIRS
+                        and not d.startswith('config-'))
+    files.extend(os.path.join(directory, n) for n in names if n.endswith('.py'))
+  return sorted(files)
+
+
+def embedded_documents() -> Iterator[Document]:
+  """English prose from CPython's own documentation, with no download.
+
+  One document per topic of ``pydoc_data.topics`` (the language reference
+  pages that ``help()`` shows), then one per standard-library module (its
+  module, class and function docstrings, in source order). Code samples,
+  doctests and tables are dropped.
+  """
+  try:
+    from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+    for name in sorted(topics.topics):
+      document = _docstring_sentences(topics.topics[name])
+      if document:
+        yield document
+  except ImportError:  # Some distributions strip pydoc_data.
+    pass
+  for file in stdlib_files():
+    document = _module_document(_read_text(file))
+    if document:
+      yield document
+
+
+# ---------------------------------------------------------------------------
+# Entry points used by the rest of the pipeline.
+
+
+def read_documents(spec: CorpusSpec) -> Iterator[Document]:
+  """All documents of the corpus, in a deterministic order."""
+  if spec.source == 'embedded':
+    documents = embedded_documents()
+  elif spec.source == 'files':
+    documents = read_text_files(spec.path, spec.text_format)
+  else:
+    documents = read_tfds(spec)
+  for i, document in enumerate(documents):
+    if spec.max_documents and i >= spec.max_documents:
+      return
+    yield document
+
+
+def validate(spec: CorpusSpec) -> None:
+  """Cheap checks that fail before any expensive work. Raises CorpusError."""
+  if spec.source not in SOURCES:
+    raise CorpusError(f'corpus.source={spec.source!r}; use one of {SOURCES}.')
+  if spec.max_documents < 0:
+    raise CorpusError(
+        f'corpus.max_documents={spec.max_documents} must be >= 0 (0 = all).')
+  if spec.source == 'files':
+    if spec.text_format not in TEXT_FORMATS:
+      raise CorpusError(f'corpus.text_format={spec.text_format!r}; use one of '
+                        f'{TEXT_FORMATS}.')
+    if not spec.path:
+      raise CorpusError('corpus.source="files" needs corpus.path: a directory,'
+                        ' a file or a glob of text files.')
+    files = _expand_files(spec.path)
+    if not files:
+      raise CorpusError(f'corpus.path={spec.path!r} matches no files. Check '
+                        'the path, or quote the glob so the shell leaves it.')
+    if not any(clean_text(_read_text(f)) for f in files[:1000]):
+      raise CorpusError(f'corpus.path={spec.path!r}: the {len(files)} files '
+                        'found hold no text.')
+  elif spec.source == 'tfds':
+    _parse_tfds_name(spec.tfds_name)
+    source, feature = _tfds_source(spec)
+    if len(source) == 0:  # pylint: disable=g-explicit-length-test
+      raise CorpusError(f'corpus.tfds_name={spec.tfds_name!r} is empty.')
+    if feature not in source[0]:
+      raise CorpusError(
+          f'corpus.tfds_name={spec.tfds_name!r}: no feature {feature!r}; '
+          f'the dataset has {sorted(source[0])}.')
+
+
+def fingerprint(spec: CorpusSpec) -> str:
+  """A digest that changes when the corpus changes (cheap for large corpora).
+
+  Files are identified by path, size and modification time; TFDS datasets by
+  name, split and their dataset_info; the embedded corpus by the Python
+  version and the standard library files' sizes.
+  """
+  h = hashlib.sha256(repr(dataclasses.astuple(spec)).encode())
+  if spec.source == 'files':
+    for f in _expand_files(spec.path):
+      st = os.stat(f)
+      h.update(f'{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}'.encode())
+  elif spec.source == 'embedded':
+    import sys  # pylint: disable=g-import-not-at-top
+    h.update(sys.version.encode())
+    for f in stdlib_files():
+      h.update(f'{f}:{os.path.getsize(f)}'.encode())
+  else:
+    source, _ = _tfds_source(spec)
+    h.update(repr(len(source)).encode())
+  return h.hexdigest()[:16]

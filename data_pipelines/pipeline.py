@@ -1,0 +1,125 @@
+"""The Grain input pipeline: instances -> masking -> fixed-shape batches.
+
+  InstanceDataset (random access, endless, shuffled per epoch)
+    [process_index::process_count]   each host reads only its share
+    .batch(per-host batch)           fixed shapes [B, L]
+    .map(mask)                       vectorized masking of the whole batch
+    .to_iter_dataset(ReadOptions)    threads + prefetch; checkpointable
+
+Host ``p`` of ``P`` takes elements ``p, p + P, ...``, so the union of the
+hosts' batch ``b`` is elements ``[b * B, (b + 1) * B)`` of the global stream
+whatever ``P`` is, and masking depends only on an element's index: the bytes
+of a global batch do not depend on the number of hosts or workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import grain
+import numpy as np
+
+from data_pipelines import instances as instances_lib
+from data_pipelines import masking as masking_lib
+from data_pipelines import pretokenize
+
+# What the model sees; the rest stays on the host.
+MODEL_FEATURES = ('input_ids', 'token_type_ids', 'attention_mask',
+                  'masked_positions', 'masked_ids', 'masked_weights',
+                  'next_sentence_labels')
+
+
+@dataclasses.dataclass(frozen=True)
+class _MaskAndPack(grain.transforms.Map):
+  """Masks a batch and renames/filters its fields for the model."""
+  config: masking_lib.MaskingConfig
+  seed: int
+
+  def map(self, batch):
+    batch = dict(batch)
+    batch['next_sentence_labels'] = batch.pop('next_sentence_label')
+    batch = masking_lib.mask_batch(batch, self.config, self.seed)
+    return {k: batch[k] for k in MODEL_FEATURES}
+
+
+def instance_config(cfg) -> instances_lib.InstanceConfig:
+  return instances_lib.InstanceConfig(
+      layout=cfg.data.layout, max_seq_length=cfg.data.max_seq_length,
+      short_seq_prob=cfg.data.short_seq_prob)
+
+
+def masking_config(cfg, vocab_size: int) -> masking_lib.MaskingConfig:
+  m = cfg.masking
+  return masking_lib.MaskingConfig(
+      strategy=m.strategy, rate=m.rate,
+      max_predictions_per_seq=m.max_predictions_per_seq,
+      mask_token_prob=m.mask_token_prob,
+      random_token_prob=m.random_token_prob, vocab_size=vocab_size)
+
+
+def _instances(prepared: pretokenize.PreparedData, cfg, split: str,
+               **kwargs) -> instances_lib.InstanceDataset:
+  source = prepared.train_source if split == 'train' else prepared.eval_source
+  index = prepared.train_index if split == 'train' else prepared.eval_index
+  builder = instances_lib.InstanceBuilder(source, index, instance_config(cfg),
+                                          cfg.seed)
+  return instances_lib.InstanceDataset(
+      builder, seed=cfg.seed, dupe_factor=cfg.data.dupe_factor,
+      dynamic=cfg.masking.dynamic, **kwargs)
+
+
+def local_batch_size(global_batch_size: int, process_count: int) -> int:
+  if global_batch_size % process_count:
+    raise ValueError(f'batch_size={global_batch_size} must be divisible by '
+                     f'the number of processes ({process_count}).')
+  return global_batch_size // process_count
+
+
+def train_dataset(prepared: pretokenize.PreparedData, cfg,
+                  process_index: int = 0, process_count: int = 1
+                  ) -> grain.IterDataset:
+  """The endless training stream of this host's masked batches."""
+  ds = _instances(prepared, cfg, 'train')
+  ds = ds[process_index::process_count]
+  ds = ds.batch(local_batch_size(cfg.batch_size, process_count),
+                drop_remainder=True)
+  ds = ds.map(_MaskAndPack(
+      masking_config(cfg, prepared.tokenizer.vocab_size), cfg.seed))
+  return ds.to_iter_dataset(grain.ReadOptions(
+      num_threads=cfg.data.num_threads,
+      prefetch_buffer_size=cfg.data.prefetch_batches))
+
+
+def eval_batches(prepared: pretokenize.PreparedData, cfg,
+                 process_index: int = 0, process_count: int = 1
+                 ) -> list[dict]:
+  """The fixed held-out batches: epoch 0 of the eval split, masked once.
+
+  At most ``eval.num_batches`` global batches; fewer when the split is small.
+  """
+  ds = _instances(prepared, cfg, 'eval', num_epochs=1)
+  batch = cfg.batch_size
+  num_batches = min(cfg.eval.num_batches, len(ds) // batch)
+  if num_batches == 0:
+    raise pretokenize.DataError(
+        f'the eval split has {len(ds)} instances, fewer than one batch of '
+        f'{batch}; raise data.eval_fraction or lower batch_size.')
+  ds = ds[:num_batches * batch][process_index::process_count]
+  ds = ds.batch(local_batch_size(batch, process_count), drop_remainder=True)
+  ds = ds.map(_MaskAndPack(
+      masking_config(cfg, prepared.tokenizer.vocab_size), cfg.seed))
+  return [ds[i] for i in range(len(ds))]
+
+
+def batch_spec(cfg, process_count: int = 1) -> dict:
+  """Shapes and dtypes of one host's batch, without reading any data."""
+  b = local_batch_size(cfg.batch_size, process_count)
+  l, p = cfg.data.max_seq_length, cfg.masking.max_predictions_per_seq
+  return {
+      'input_ids': ((b, l), np.int32), 'token_type_ids': ((b, l), np.int32),
+      'attention_mask': ((b, l), np.int32),
+      'masked_positions': ((b, p), np.int32),
+      'masked_ids': ((b, p), np.int32),
+      'masked_weights': ((b, p), np.float32),
+      'next_sentence_labels': ((b,), np.int32),
+  }

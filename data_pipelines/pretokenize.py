@@ -1,0 +1,255 @@
+"""Tokenize a corpus once into ArrayRecord through a TFDS builder.
+
+The result lives in ``data_dir`` keyed by a fingerprint of the corpus, the
+tokenizer and the split settings, so a change rebuilds and a rerun reuses.
+Each record is one document:
+
+  token_ids:        int32 [num_tokens]     all sentences, concatenated
+  sentence_lengths: int32 [num_sentences]  tokens per sentence
+  word_starts:      bool  [num_tokens]     does the token start a word?
+
+Next to the TFDS files, ``index-<split>.npz`` holds what instance planning
+needs without reading the documents again (sentence lengths per document)
+and the corpus unigram counts.
+
+TFDS writes ArrayRecord without TensorFlow, and ``as_data_source()`` gives
+random access, which Grain needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Callable, Iterable, Iterator
+
+from absl import logging
+import numpy as np
+import tensorflow_datasets as tfds
+
+from data_pipelines import corpus as corpus_lib
+from data_pipelines import counter_rng
+from data_pipelines import tokenizer as tokenizer_lib
+
+# Bump when the record layout or the split rule changes.
+FORMAT_VERSION = '1.0.0'
+_DOCS_PER_ENCODE_BATCH = 512
+
+
+class DataError(ValueError):
+  """The prepared data cannot be used; the message says why."""
+
+
+_MIN_DOCUMENTS = {'train': 2, 'eval': 1}
+
+
+def check_split_size(split: str, num_documents: int,
+                     eval_fraction: float) -> None:
+  """NSP needs two training documents; evaluation needs one."""
+  minimum = _MIN_DOCUMENTS[split]
+  if num_documents < minimum:
+    raise DataError(
+        f'the {split} split has {num_documents} documents (need at least '
+        f'{minimum}); the corpus is too small for data.eval_fraction='
+        f'{eval_fraction}. Use more text or change data.eval_fraction.')
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentIndex:
+  """Sentence lengths of every document in one split, in record order.
+
+  Attributes:
+    sentence_lengths: int32 [total_sentences], all documents concatenated.
+    document_offsets: int64 [num_documents + 1], sentence offsets.
+    unigram_counts: int64 [vocab_size], token frequencies of the split.
+  """
+  sentence_lengths: np.ndarray
+  document_offsets: np.ndarray
+  unigram_counts: np.ndarray
+
+  @property
+  def num_documents(self) -> int:
+    return len(self.document_offsets) - 1
+
+  @property
+  def num_tokens(self) -> int:
+    return int(self.sentence_lengths.sum())
+
+  def save(self, path: str) -> None:
+    tmp = f'{path}.tmp{os.getpid()}.npz'
+    np.savez(tmp, sentence_lengths=self.sentence_lengths,
+             document_offsets=self.document_offsets,
+             unigram_counts=self.unigram_counts)
+    os.replace(tmp, path)
+
+  @classmethod
+  def load(cls, path: str) -> 'DocumentIndex':
+    with np.load(path) as z:
+      return cls(z['sentence_lengths'], z['document_offsets'],
+                 z['unigram_counts'])
+
+
+class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
+  """Documents of a corpus tokenized once; one record per document."""
+
+  VERSION = tfds.core.Version(FORMAT_VERSION)
+
+  def __init__(self, *, documents_fn: Callable[[], Iterable[list[str]]],
+               tokenizer: tokenizer_lib.Tokenizer, eval_fraction: float,
+               split_seed: int, num_threads: int, **kwargs):
+    self._documents_fn = documents_fn
+    self._tokenizer = tokenizer
+    self._eval_fraction = eval_fraction
+    self._split_seed = split_seed
+    self._num_threads = num_threads
+    super().__init__(**kwargs)
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description='Pre-tokenized documents for bertjax pretraining.',
+        features=tfds.features.FeaturesDict({
+            'token_ids': tfds.features.Tensor(shape=(None,), dtype=np.int32),
+            'sentence_lengths': tfds.features.Tensor(shape=(None,),
+                                                     dtype=np.int32),
+            'word_starts': tfds.features.Tensor(shape=(None,), dtype=np.bool_),
+        }),
+        metadata=tfds.core.MetadataDict(
+            tokenizer_sha256=self._tokenizer.sha256,
+            vocab_size=self._tokenizer.vocab_size),
+    )
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {'train': self._generate_examples(is_eval=False),
+            'eval': self._generate_examples(is_eval=True)}
+
+  def _generate_examples(self, is_eval: bool) -> Iterator:
+    count = 0
+    for doc_index, record in _tokenize_documents(
+        self._documents_fn(), self._tokenizer, self._num_threads):
+      in_eval = counter_rng.uniform(
+          self._split_seed, counter_rng.Stream.EVAL_SPLIT,
+          doc_index) < self._eval_fraction
+      if bool(in_eval) == is_eval:
+        count += 1
+        yield doc_index, record
+    split = 'eval' if is_eval else 'train'
+    check_split_size(split, count, self._eval_fraction)
+
+
+def _tokenize_documents(documents: Iterable[list[str]],
+                        tokenizer: tokenizer_lib.Tokenizer,
+                        num_threads: int) -> Iterator[tuple[int, dict]]:
+  """Yields (document index, record); SentencePiece encodes in parallel."""
+  def flush(batch, first_index):
+    sentences = [s for doc in batch for s in doc]
+    encoded = iter(tokenizer.encode(sentences, num_threads=num_threads))
+    for i, doc in enumerate(batch):
+      pieces = [next(encoded) for _ in doc]
+      pieces = [p for p in pieces if len(p)]  # Sentences with no tokens.
+      if not pieces:
+        continue
+      token_ids = np.concatenate(pieces).astype(np.int32)
+      yield first_index + i, {
+          'token_ids': token_ids,
+          'sentence_lengths': np.array([len(p) for p in pieces], np.int32),
+          'word_starts': tokenizer.word_starts(token_ids),
+      }
+
+  batch, first = [], 0
+  for index, document in enumerate(documents):
+    if not batch:
+      first = index
+    batch.append(document)
+    if len(batch) == _DOCS_PER_ENCODE_BATCH:
+      yield from flush(batch, first)
+      batch = []
+  if batch:
+    yield from flush(batch, first)
+
+
+@dataclasses.dataclass
+class PreparedData:
+  """Everything the input pipeline reads: sources, indices, tokenizer."""
+  tokenizer: tokenizer_lib.Tokenizer
+  train_source: object   # Random access: len() and [i] -> record dict.
+  eval_source: object
+  train_index: DocumentIndex
+  eval_index: DocumentIndex
+  directory: str
+
+
+def _documents_fn(spec: corpus_lib.CorpusSpec):
+  return lambda: corpus_lib.read_documents(spec)
+
+
+def _fingerprint(*parts) -> str:
+  return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()
+                        ).hexdigest()[:16]
+
+
+def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
+                            corpus_fingerprint: str
+                            ) -> tokenizer_lib.Tokenizer:
+  """Loads ``tokenizer.model_path`` or trains one (cached in the data dir)."""
+  tok_cfg = data_cfg.tokenizer
+  if tok_cfg.model_path:
+    return tokenizer_lib.Tokenizer.load(tok_cfg.model_path)
+  key = _fingerprint(corpus_fingerprint, tok_cfg.vocab_size,
+                     tok_cfg.model_type, tok_cfg.max_sentences,
+                     tokenizer_lib.TRAINING_THREADS)
+  path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
+  if os.path.exists(path):
+    return tokenizer_lib.Tokenizer.load(path)
+  logging.info('Training a %s SentencePiece model of %d pieces -> %s',
+               tok_cfg.model_type, tok_cfg.vocab_size, path)
+  sentences = (s for doc in corpus_lib.read_documents(spec) for s in doc)
+  tokenizer = tokenizer_lib.train(
+      sentences, tok_cfg.vocab_size, tok_cfg.model_type,
+      max_sentences=tok_cfg.max_sentences)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  tokenizer.save(path)
+  return tokenizer
+
+
+def _build_index(source, vocab_size: int) -> DocumentIndex:
+  lengths, offsets = [], [0]
+  counts = np.zeros(vocab_size, np.int64)
+  for i in range(len(source)):
+    record = source[i]
+    lengths.append(record['sentence_lengths'])
+    offsets.append(offsets[-1] + len(record['sentence_lengths']))
+    counts += np.bincount(record['token_ids'], minlength=vocab_size)
+  return DocumentIndex(
+      np.concatenate(lengths).astype(np.int32) if lengths
+      else np.zeros(0, np.int32), np.asarray(offsets, np.int64), counts)
+
+
+def prepare(data_cfg, num_threads: int = 0) -> PreparedData:
+  """Tokenizer + pre-tokenized splits + indices, built once and cached."""
+  spec = corpus_lib.CorpusSpec.from_config(data_cfg.corpus)
+  corpus_fp = corpus_lib.fingerprint(spec)
+  tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
+  key = _fingerprint(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
+                     data_cfg.eval_fraction, data_cfg.split_seed)
+  builder = PretokenizedCorpus(
+      documents_fn=_documents_fn(spec), tokenizer=tokenizer,
+      eval_fraction=data_cfg.eval_fraction, split_seed=data_cfg.split_seed,
+      num_threads=num_threads or os.cpu_count(),
+      data_dir=os.path.join(data_cfg.data_dir, 'pretokenized', key),
+      file_format='array_record')
+  builder.download_and_prepare()
+  sources, indices = {}, {}
+  for split in ('train', 'eval'):
+    source = builder.as_data_source(split=split)
+    path = os.path.join(builder.data_dir, f'index-{split}.npz')
+    if not os.path.exists(path):
+      _build_index(source, tokenizer.vocab_size).save(path)
+    sources[split], indices[split] = source, DocumentIndex.load(path)
+  for split in ('train', 'eval'):
+    check_split_size(split, indices[split].num_documents,
+                     data_cfg.eval_fraction)
+  return PreparedData(tokenizer, sources['train'], sources['eval'],
+                      indices['train'], indices['eval'], builder.data_dir)

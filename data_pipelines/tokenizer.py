@@ -1,0 +1,139 @@
+"""SentencePiece tokenizer with BERT's special tokens at fixed ids.
+
+Ids 0-4 are [PAD], [UNK], [CLS], [SEP], [MASK] in every model this module
+trains, and every loaded model is checked for the same layout, so the rest of
+the framework can use the constants below. Pieces that begin with U+2581
+("▁") start a word; their flags drive whole-word masking.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from typing import Iterable, Sequence
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
+SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+NUM_SPECIAL = len(SPECIAL_PIECES)
+MODEL_TYPES = ('unigram', 'bpe')
+_WORD_START = '\u2581'
+TRAINING_THREADS = 16
+
+
+class TokenizerError(ValueError):
+  """The tokenizer cannot be trained or loaded; the message says why."""
+
+
+def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
+  """The embedding table's size: the vocabulary rounded up to ``multiple``.
+
+  A multiple of 128 keeps the vocabulary matmul tiled evenly on TPU and GPU;
+  the extra ids are never produced by the tokenizer or by masking.
+  """
+  return -(-vocab_size // multiple) * multiple
+
+
+class Tokenizer:
+  """A loaded SentencePiece model with BERT specials at ids 0-4."""
+
+  def __init__(self, model_proto: bytes):
+    self.model_proto = model_proto
+    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    pieces = tuple(self._sp.id_to_piece(i) for i in range(NUM_SPECIAL))
+    if pieces != SPECIAL_PIECES:
+      raise TokenizerError(
+          f'tokenizer ids 0-4 are {pieces}; bertjax needs {SPECIAL_PIECES}. '
+          'Train the model with tokenizer.train(), or with SentencePiece '
+          'options pad_id=0 unk_id=1 bos_id=-1 eos_id=-1 '
+          'control_symbols=[CLS],[SEP],[MASK].')
+    self.vocab_size = self._sp.get_piece_size()
+    # Per-id flag: does the piece start a word? Specials count as starts.
+    self.word_start_table = np.array(
+        [i < NUM_SPECIAL or self._sp.id_to_piece(i).startswith(_WORD_START)
+         for i in range(self.vocab_size)], dtype=bool)
+
+  @classmethod
+  def load(cls, path: str) -> 'Tokenizer':
+    if not os.path.isfile(path):
+      raise TokenizerError(f'tokenizer model {path!r} does not exist.')
+    with open(path, 'rb') as f:
+      return cls(f.read())
+
+  def save(self, path: str) -> None:
+    tmp = f'{path}.tmp{os.getpid()}'
+    with open(tmp, 'wb') as f:
+      f.write(self.model_proto)
+    os.replace(tmp, path)  # Atomic: a crash never leaves half a model.
+
+  @property
+  def sha256(self) -> str:
+    return hashlib.sha256(self.model_proto).hexdigest()
+
+  def encode(self, sentences: Sequence[str],
+             num_threads: int = -1) -> list[np.ndarray]:
+    """Token ids, one int32 array per sentence (no specials added)."""
+    ids = self._sp.encode(list(sentences), out_type=int,
+                          num_threads=num_threads)
+    return [np.asarray(x, dtype=np.int32) for x in ids]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._sp.decode([int(i) for i in ids])
+
+  def id_to_piece(self, i: int) -> str:
+    return self._sp.id_to_piece(int(i))
+
+  def word_starts(self, ids: np.ndarray) -> np.ndarray:
+    """bool flags, same shape as ``ids``: does the token start a word?"""
+    return self.word_start_table[ids]
+
+
+def train(sentences: Iterable[str], vocab_size: int, model_type: str,
+          character_coverage: float = 0.9999, seed: int = 0,
+          max_sentences: int = 2_000_000,
+          num_threads: int = TRAINING_THREADS) -> Tokenizer:
+  """Trains a SentencePiece model with BERT's specials at ids 0-4.
+
+  Args:
+    sentences: training text, one sentence per item.
+    vocab_size: pieces including the 5 specials. If the corpus is too small
+      for it, SentencePiece stops early with fewer pieces.
+    model_type: 'unigram' or 'bpe'.
+    character_coverage: fraction of characters covered by the vocabulary.
+    seed: SentencePiece's sampling of ``max_sentences`` uses its own seed; we
+      pass sentences in a fixed order so training is deterministic.
+    max_sentences: sentences used for training (the first N).
+    num_threads: SentencePiece splits its work by thread count, and the
+      learned scores depend on the split: a fixed count (not the machine's
+      core count) makes the model the same bytes on every machine.
+  """
+  if model_type not in MODEL_TYPES:
+    raise TokenizerError(f'tokenizer.model_type={model_type!r}; use one of '
+                         f'{MODEL_TYPES}.')
+  if vocab_size <= NUM_SPECIAL + 1:
+    raise TokenizerError(f'tokenizer.vocab_size={vocab_size} must exceed '
+                         f'{NUM_SPECIAL + 1}.')
+  del seed  # Training is deterministic given the sentence order.
+  model = io.BytesIO()
+
+  def limited():
+    for i, sentence in enumerate(sentences):
+      if i >= max_sentences:
+        return
+      yield sentence
+
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=limited(), model_writer=model,
+        vocab_size=vocab_size, model_type=model_type,
+        character_coverage=character_coverage,
+        pad_id=PAD_ID, pad_piece='[PAD]', unk_id=UNK_ID, unk_piece='[UNK]',
+        bos_id=-1, eos_id=-1, control_symbols=list(SPECIAL_PIECES[2:]),
+        hard_vocab_limit=False, num_threads=num_threads,
+        minloglevel=2, split_digits=True, byte_fallback=False)
+  except RuntimeError as e:
+    raise TokenizerError(f'SentencePiece training failed: {e}') from e
+  return Tokenizer(model.getvalue())

@@ -1,0 +1,39 @@
+"""bertjax: pretraining BERT-family encoders in JAX/Flax."""
+
+import setuptools
+
+setuptools.setup(
+    name='bertjax',
+    version='0.1.0',
+    description='Pretraining BERT-family encoders in JAX/Flax on CPUs, GPUs '
+                'and TPU pods.',
+    long_description=open('README.md', encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    packages=setuptools.find_packages(include=['bertjax', 'bertjax.*',
+                                               'data_pipelines',
+                                               'data_pipelines.*']),
+    python_requires='>=3.10',
+    install_requires=[
+        'jax>=0.7,<0.11',
+        'flax>=0.11,<0.13',
+        'optax>=0.2.5,<0.3',
+        'orbax-checkpoint>=0.11.20,<0.13',
+        'sentencepiece>=0.2,<0.3',
+        'tensorflow-datasets>=4.9.9,<4.10',
+        # TFDS builders import it when writing ArrayRecord without TensorFlow.
+        'importlib_resources>=6',
+        'ml-collections>=1.0,<2',
+        'grain>=0.2.12,<0.3',
+        'array-record>=0.8,<0.9',
+        'numpy>=1.26,<3',
+        'tensorboardX>=2.6,<3',
+        'absl-py>=2,<3',
+        'tqdm>=4.66,<5',
+    ],
+    extras_require={
+        'test': ['pytest>=8,<10', 'hypothesis>=6.100,<7'],
+    },
+    entry_points={
+        'console_scripts': ['bertjax-train=bertjax.train:run'],
+    },
+)

@@ -1,0 +1,203 @@
+"""End-to-end runs of the real entry point on a tiny model and corpus."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertjax import config_lib
+from bertjax import train
+from data_pipelines import corpus as corpus_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+DEMO = os.path.join(REPO, 'experiments', 'configs', 'demo.py')
+# A tiny variant of the demo: 60 embedded documents, a 2-layer 32-wide model.
+TINY = {
+    'data.corpus.max_documents': 60,
+    'data.tokenizer.vocab_size': 400,
+    'data.max_seq_length': 32,
+    'data.eval_fraction': 0.1,
+    'masking.max_predictions_per_seq': 5,
+    'model.hidden_size': 32,
+    'model.num_heads': 2,
+    'model.intermediate_size': 64,
+    'model.max_position_embeddings': 32,
+    'batch_size': 8,
+    'eval.num_batches': 2,
+    'optimizer.warmup_steps': 2,
+}
+TIMING_FIELDS = ('tokens_per_second',)
+
+
+def _config(data_dir, **overrides):
+  sys.path.insert(0, os.path.dirname(DEMO))
+  try:
+    import demo  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.pop(0)
+  cfg = demo.get_config()
+  for key, value in {**TINY, 'data.data_dir': str(data_dir),
+                     **overrides}.items():
+    section = cfg
+    *parents, leaf = key.split('.')
+    for p in parents:
+      section = section[p]
+    section[leaf] = value
+  return cfg
+
+
+def _flags(data_dir, **overrides):
+  items = {**TINY, 'data.data_dir': str(data_dir), **overrides}
+  return [f'--config.{k}={v}' for k, v in items.items()]
+
+
+def _read_jsonl(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def _without_timing(record):
+  return {k: v for k, v in record.items() if k not in TIMING_FIELDS}
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp('data')
+
+
+@pytest.mark.e2e
+def test_main_trains_logs_and_checkpoints(data_dir, tmp_path):
+  workdir = str(tmp_path / 'run')
+  cfg = _config(data_dir, total_steps=6, log_every_steps=2,
+                eval_every_steps=6, checkpoint_every_steps=3)
+  final = train.train_and_evaluate(cfg, workdir)
+  records = _read_jsonl(workdir)
+  assert [r['step'] for r in records] == [2, 4, 6]
+  for key in ('loss', 'mlm_loss', 'mlm_accuracy', 'nsp_accuracy',
+              'learning_rate', 'grad_norm', 'tokens_per_second'):
+    assert key in records[-1], key
+  assert 'eval_mlm_accuracy' in records[-1]
+  assert 0 <= final['eval_mlm_accuracy'] <= 1
+  assert 0 < final['baseline_mlm_accuracy'] < 1
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints')))[-1] == '6'
+  assert any(f.startswith('events.out.tfevents')
+             for f in os.listdir(os.path.join(workdir, 'tensorboard')))
+  # Rerunning the finished run resumes at its end and trains nothing more.
+  train.train_and_evaluate(cfg, workdir)
+  assert _read_jsonl(workdir) == records
+
+
+def _command(workdir, data_dir, **overrides):
+  return [sys.executable, '-m', 'bertjax.train', f'--config={DEMO}',
+          f'--workdir={workdir}', *_flags(data_dir, **overrides)]
+
+
+@pytest.mark.e2e
+def test_sigkill_then_rerun_matches_uninterrupted_run(data_dir, tmp_path):
+  steps = dict(total_steps=240, log_every_steps=1, eval_every_steps=80,
+               checkpoint_every_steps=20)
+  env = dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
+  reference = str(tmp_path / 'reference')
+  subprocess.run(_command(reference, data_dir, **steps), env=env, check=True,
+                 capture_output=True, cwd=REPO)
+
+  killed = str(tmp_path / 'killed')
+  child = subprocess.Popen(_command(killed, data_dir, **steps), env=env,
+                           stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, cwd=REPO)
+  metrics = os.path.join(killed, 'metrics.jsonl')
+  deadline = time.time() + 300
+  while time.time() < deadline and child.poll() is None:
+    if os.path.exists(metrics) and sum(1 for _ in open(metrics)) >= 50:
+      break
+    time.sleep(0.005)
+  child.send_signal(signal.SIGKILL)
+  assert child.wait() == -signal.SIGKILL, 'the run ended before the kill'
+  killed_at = len(_read_jsonl(killed))
+  assert 50 <= killed_at < 240
+
+  subprocess.run(_command(killed, data_dir, **steps), env=env, check=True,
+                 capture_output=True, cwd=REPO)
+  resumed, uninterrupted = _read_jsonl(killed), _read_jsonl(reference)
+  assert [r['step'] for r in resumed] == list(range(1, 241))
+  assert _without_timing(resumed[-1]) == _without_timing(uninterrupted[-1])
+  assert ([_without_timing(r) for r in resumed]
+          == [_without_timing(r) for r in uninterrupted])
+
+
+# ---- Bad input fails fast and writes nothing.
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize('make_corpus, message', [
+    (lambda d: str(d / 'missing'), 'matches no files'),
+    (lambda d: (d / 'empty').mkdir() or str(d / 'empty'), 'matches no files'),
+    (lambda d: (d / 'blank.txt').write_text('\n \n') and str(d / 'blank.txt'),
+     'hold no text'),
+])
+def test_bad_corpus_fails_before_writing(tmp_path, make_corpus, message):
+  workdir = tmp_path / 'run'
+  data = tmp_path / 'data'
+  cfg = _config(data, **{'data.corpus.source': 'files',
+                         'data.corpus.path': make_corpus(tmp_path)})
+  with pytest.raises(corpus_lib.CorpusError, match=message):
+    train.train_and_evaluate(cfg, str(workdir))
+  assert not workdir.exists() and not data.exists()
+
+
+@pytest.mark.e2e
+def test_seq_length_beyond_positions_fails_before_writing(tmp_path):
+  cfg = _config(tmp_path / 'data', **{'data.max_seq_length': 64})
+  with pytest.raises(ValueError, match='max_position_embeddings'):
+    train.train_and_evaluate(cfg, str(tmp_path / 'run'))
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.e2e
+def test_config_typo_is_an_error(tmp_path):
+  result = subprocess.run(
+      [sys.executable, '-m', 'bertjax.train', f'--config={DEMO}',
+       f'--workdir={tmp_path / "run"}', '--config.modle.size=base'],
+      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+      cwd=REPO)
+  assert result.returncode != 0
+  assert 'modle' in result.stderr
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.e2e
+def test_resume_with_other_tokenizer_fails_and_keeps_checkpoints(
+    data_dir, tmp_path):
+  workdir = str(tmp_path / 'run')
+  cfg = _config(data_dir, total_steps=2, log_every_steps=1,
+                eval_every_steps=2, checkpoint_every_steps=2)
+  train.train_and_evaluate(cfg, workdir)
+  before = sorted(os.listdir(os.path.join(workdir, 'checkpoints')))
+  other = _config(data_dir, total_steps=4, **{'data.tokenizer.vocab_size': 300})
+  with pytest.raises(train.ResumeError, match='data.tokenizer'):
+    train.train_and_evaluate(other, workdir)
+  # Same settings, but the tokenizer file itself was replaced.
+  meta_path = os.path.join(workdir, 'run_meta.json')
+  with open(meta_path) as f:
+    meta = json.load(f)
+  meta['tokenizer_sha256'] = '0' * 64
+  with open(meta_path, 'w') as f:
+    json.dump(meta, f)
+  with pytest.raises(train.ResumeError, match='not the one the checkpoints'):
+    train.train_and_evaluate(_config(data_dir, total_steps=4), workdir)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == before
+
+
+def test_most_frequent_token_skips_specials():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  counts = np.array([100, 50, 90, 90, 10, 3, 7, 2])
+  assert train.most_frequent_token(counts) == 6
+
+
+def test_base_config_is_valid():
+  config_lib.validate(config_lib.base_config())

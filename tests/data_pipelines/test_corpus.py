@@ -1,0 +1,380 @@
+"""Tests for data_pipelines.corpus: readers, sentence splitting, validation."""
+
+import itertools
+import os
+
+import pytest
+import tensorflow_datasets as tfds
+
+from data_pipelines import corpus
+from data_pipelines.corpus import CorpusError, CorpusSpec
+
+
+def _write(path, text):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if isinstance(text, bytes):
+    path.write_bytes(text)
+  else:
+    path.write_text(text, encoding='utf-8')
+  return path
+
+
+# ---------------------------------------------------------------------------
+# Sentence splitting.
+
+
+@pytest.mark.parametrize('paragraph, sentences', [
+    ('The cat sat. The dog ran.', ['The cat sat.', 'The dog ran.']),
+    ('Is it? Yes! Fine.', ['Is it?', 'Yes!', 'Fine.']),
+    ('In 1990 it rained. 2000 was dry.', ['In 1990 it rained.',
+                                          '2000 was dry.']),
+    # Decimals and lower-case continuations never split.
+    ('Prices rose 5.5 percent. It was odd.', ['Prices rose 5.5 percent.',
+                                              'It was odd.']),
+    ('see the list. then go.', ['see the list. then go.']),
+    # Abbreviations.
+    ('Dr. Smith went home. He slept.', ['Dr. Smith went home.', 'He slept.']),
+    ('Mr. and Mrs. Jones arrived. They sat.',
+     ['Mr. and Mrs. Jones arrived.', 'They sat.']),
+    ('Use a tool, e.g. A hammer. Then stop.',
+     ['Use a tool, e.g. A hammer.', 'Then stop.']),
+    ('See Fig. 3 for details. It is clear.',
+     ['See Fig. 3 for details.', 'It is clear.']),
+    ('Acme Inc. Builds things. Really.', ['Acme Inc. Builds things.',
+                                          'Really.']),
+    ('(cf. Table 2) Fine. Done.', ['(cf. Table 2) Fine.', 'Done.']),
+    # Initials.
+    ('J. R. R. Tolkien wrote books. They sold.',
+     ['J. R. R. Tolkien wrote books.', 'They sold.']),
+    ('It was written by A. Turing. He was clever.',
+     ['It was written by A. Turing.', 'He was clever.']),
+    # Quotes and brackets after the full stop stay with the sentence.
+    ('He said "Stop." Then he left.', ['He said "Stop."', 'Then he left.']),
+    ("She wrote 'Never.' Then 'Yes.' Done.",
+     ["She wrote 'Never.'", "Then 'Yes.'", 'Done.']),
+    ('He said "Hi." "Bye," she said.', ['He said "Hi."', '"Bye," she said.']),
+    ('It ended (finally.) Next came rain.',
+     ['It ended (finally.)', 'Next came rain.']),
+])
+def test_split_sentences(paragraph, sentences):
+  assert corpus.split_sentences(paragraph) == sentences
+
+
+def test_split_sentences_normalizes_whitespace_and_controls():
+  assert corpus.split_sentences('  One\x00 two.\n\n\tThree\x07  four.  ') == [
+      'One two.', 'Three four.']
+  assert corpus.split_sentences('') == []
+  assert corpus.split_sentences(' \n\t\x01 ') == []
+
+
+def test_split_sentences_keeps_every_character():
+  paragraph = ('Dr. A. Smith (cf. Fig. 2) said "Yes." Then, e.g. Mrs. Jones '
+               'left! Why? 42 is the answer. End')
+  sentences = corpus.split_sentences(paragraph)
+  assert ' '.join(sentences) == paragraph
+  assert len(sentences) == 5
+
+
+# ---------------------------------------------------------------------------
+# Text files.
+
+
+def test_sentence_per_line(tmp_path):
+  _write(tmp_path / 'a.txt',
+         'Doc one, sentence one.\nDoc one, sentence two.\n\n'
+         'Doc two.\n\n\n\n'          # Several blank lines: one boundary.
+         '  \t \n'                    # A whitespace-only line is blank too.
+         'Doc three, first.\r\nDoc three, second.')  # No trailing newline.
+  docs = list(corpus.read_text_files(str(tmp_path), 'sentence_per_line'))
+  assert docs == [['Doc one, sentence one.', 'Doc one, sentence two.'],
+                  ['Doc two.'],
+                  ['Doc three, first.', 'Doc three, second.']]
+
+
+def test_sentence_per_line_leading_blank_lines_and_files_in_order(tmp_path):
+  _write(tmp_path / 'b.txt', 'From b.\n')
+  _write(tmp_path / 'a.txt', '\n\n\nFrom a.\n\n')
+  _write(tmp_path / 'sub' / 'c.txt', 'From c.\n')
+  _write(tmp_path / '.hidden', 'Never read.\n')
+  docs = list(corpus.read_text_files(str(tmp_path), 'sentence_per_line'))
+  # Sorted by path; a file's last document ends at the end of the file.
+  assert docs == [['From a.'], ['From b.'], ['From c.']]
+
+
+def test_sentence_per_line_keeps_lines_whole(tmp_path):
+  _write(tmp_path / 'a.txt', 'Two sentences. On one line.\nNext   line.\n')
+  docs = list(corpus.read_text_files(str(tmp_path / 'a.txt'),
+                                     'sentence_per_line'))
+  assert docs == [['Two sentences. On one line.', 'Next line.']]
+
+
+def test_glob_path(tmp_path):
+  _write(tmp_path / 'x' / 'a.txt', 'A.\n')
+  _write(tmp_path / 'x' / 'b.md', 'B.\n')
+  _write(tmp_path / 'y' / 'c.txt', 'C.\n')
+  docs = list(corpus.read_text_files(str(tmp_path / '**' / '*.txt'),
+                                     'sentence_per_line'))
+  assert docs == [['A.'], ['C.']]
+
+
+def test_paragraphs_file_is_one_document(tmp_path):
+  _write(tmp_path / 'a.txt',
+         'First paragraph. It is wrapped\nover two lines.\n\n'
+         'Second paragraph! Short.\n \n\n'
+         'Third.')
+  _write(tmp_path / 'b.txt', 'Another file. Another document.')
+  _write(tmp_path / 'c.txt', '\n\n  \n')  # No text: no document.
+  docs = list(corpus.read_text_files(str(tmp_path), 'paragraphs'))
+  assert docs == [
+      ['First paragraph.', 'It is wrapped over two lines.',
+       'Second paragraph!', 'Short.', 'Third.'],
+      ['Another file.', 'Another document.']]
+
+
+@pytest.mark.parametrize('text_format', corpus.TEXT_FORMATS)
+def test_invalid_utf8_and_control_characters(tmp_path, text_format):
+  _write(tmp_path / 'bad.txt',
+         b'Good start.\nBad \xff\xfe bytes \xc3 here.\n'
+         b'Bell\x07 and nul\x00 and esc\x1b and del\x7f.\n\n'
+         b'\x80\x81\n\nLast document.\n')
+  docs = list(corpus.read_text_files(str(tmp_path), text_format))
+  assert docs
+  for doc in docs:
+    for sentence in doc:
+      assert sentence == sentence.strip()
+      assert not any(c in sentence for c in '\x00\x07\x1b\x7f\n\t')
+  text = ' '.join(s for doc in docs for s in doc)
+  assert '\ufffd' in text  # Bad bytes become the replacement character.
+  # Control characters become spaces, collapsed with their neighbours.
+  assert 'Bell and nul and esc and del .' in text
+  assert 'Last document.' in text
+  corpus.validate(CorpusSpec(source='files', path=str(tmp_path),
+                             text_format=text_format))
+
+
+def test_read_documents_max_documents(tmp_path):
+  _write(tmp_path / 'a.txt', 'One.\n\nTwo.\n\nThree.\n')
+  spec = CorpusSpec(source='files', path=str(tmp_path), max_documents=2)
+  assert list(corpus.read_documents(spec)) == [['One.'], ['Two.']]
+
+
+def test_spec_from_config():
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  cfg = ml_collections.ConfigDict(dict(
+      source='tfds', path='', text_format='paragraphs', tfds_name='x:text',
+      tfds_split='train[:10]', tfds_data_dir='', max_documents=3))
+  spec = CorpusSpec.from_config(cfg)
+  assert spec == CorpusSpec(source='tfds', text_format='paragraphs',
+                            tfds_name='x:text', tfds_split='train[:10]',
+                            tfds_data_dir=None, max_documents=3)
+
+
+# ---------------------------------------------------------------------------
+# Validation.
+
+
+def _error(spec) -> str:
+  with pytest.raises(CorpusError) as e:
+    corpus.validate(spec)
+  return str(e.value)
+
+
+def test_validate_accepts_a_good_corpus(tmp_path):
+  _write(tmp_path / 'a.txt', 'Hello.\n')
+  corpus.validate(CorpusSpec(source='files', path=str(tmp_path)))
+  corpus.validate(CorpusSpec(source='embedded'))
+
+
+def test_validate_missing_path(tmp_path):
+  missing = str(tmp_path / 'nope')
+  message = _error(CorpusSpec(source='files', path=missing))
+  assert missing in message
+  assert 'matches no files' in message
+
+
+def test_validate_no_path():
+  assert 'corpus.path' in _error(CorpusSpec(source='files', path=''))
+
+
+def test_validate_empty_directory(tmp_path):
+  (tmp_path / 'empty').mkdir()
+  message = _error(CorpusSpec(source='files', path=str(tmp_path / 'empty')))
+  assert 'matches no files' in message
+
+
+def test_validate_glob_matching_nothing(tmp_path):
+  _write(tmp_path / 'a.txt', 'Hello.\n')
+  message = _error(CorpusSpec(source='files', path=str(tmp_path / '*.json')))
+  assert '*.json' in message
+
+
+def test_validate_whitespace_only_files(tmp_path):
+  _write(tmp_path / 'a.txt', '  \n\n\t\n')
+  _write(tmp_path / 'b.txt', '\x00\x01\n \r\n')
+  message = _error(CorpusSpec(source='files', path=str(tmp_path)))
+  assert 'hold no text' in message
+  assert '2 files' in message
+
+
+def test_validate_bad_source():
+  message = _error(CorpusSpec(source='wikipedia'))
+  assert "'wikipedia'" in message
+  for source in corpus.SOURCES:
+    assert source in message
+
+
+def test_validate_bad_text_format(tmp_path):
+  _write(tmp_path / 'a.txt', 'Hello.\n')
+  message = _error(CorpusSpec(source='files', path=str(tmp_path),
+                              text_format='jsonl'))
+  assert "'jsonl'" in message
+  assert 'sentence_per_line' in message
+
+
+def test_validate_negative_max_documents():
+  assert 'max_documents' in _error(CorpusSpec(max_documents=-1))
+
+
+@pytest.mark.parametrize('name', ['wikipedia', 'text:', ':text', ''])
+def test_validate_bad_tfds_name(name):
+  message = _error(CorpusSpec(source='tfds', tfds_name=name))
+  assert 'name[/config]' in message
+
+
+def test_validate_unprepared_tfds_dataset(tmp_path):
+  message = _error(CorpusSpec(source='tfds', tfds_name='no_such_dataset:text',
+                              tfds_data_dir=str(tmp_path)))
+  assert 'no_such_dataset' in message
+  assert 'array_record' in message
+
+
+# ---------------------------------------------------------------------------
+# Fingerprints.
+
+
+def test_fingerprint_changes_when_a_file_changes(tmp_path):
+  f = _write(tmp_path / 'a.txt', 'Hello.\n')
+  spec = CorpusSpec(source='files', path=str(tmp_path))
+  fp0 = corpus.fingerprint(spec)
+  assert corpus.fingerprint(spec) == fp0
+  _write(f, 'Hello, world.\n')  # A new size.
+  fp1 = corpus.fingerprint(spec)
+  assert fp1 != fp0
+  st = os.stat(f)
+  os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # Same size.
+  fp2 = corpus.fingerprint(spec)
+  assert fp2 not in (fp0, fp1)
+  _write(tmp_path / 'b.txt', 'More.\n')  # A new file.
+  fp3 = corpus.fingerprint(spec)
+  assert fp3 not in (fp0, fp1, fp2)
+
+
+def test_fingerprint_depends_on_the_spec(tmp_path):
+  _write(tmp_path / 'a.txt', 'Hello.\n')
+  a = CorpusSpec(source='files', path=str(tmp_path))
+  b = CorpusSpec(source='files', path=str(tmp_path), text_format='paragraphs')
+  c = CorpusSpec(source='files', path=str(tmp_path), max_documents=5)
+  assert len({corpus.fingerprint(s) for s in (a, b, c)}) == 3
+
+
+# ---------------------------------------------------------------------------
+# The embedded corpus.
+
+
+def test_embedded_documents():
+  docs = list(itertools.islice(corpus.embedded_documents(), 100))
+  assert len(docs) == 100
+  sentences = [s for doc in docs for s in doc]
+  assert all(doc for doc in docs)
+  assert all(s and s == s.strip() and '\n' not in s for s in sentences)
+  assert len(sentences) > 1000
+  # Prose, not code: mostly letters and spaces.
+  text = ' '.join(sentences)
+  assert sum(c.isalpha() or c == ' ' for c in text) / len(text) > 0.85
+  # Deterministic.
+  assert list(itertools.islice(corpus.embedded_documents(), 100)) == docs
+
+
+def test_embedded_read_documents_respects_max_documents():
+  spec = CorpusSpec(source='embedded', max_documents=7)
+  assert len(list(corpus.read_documents(spec))) == 7
+
+
+# ---------------------------------------------------------------------------
+# TFDS.
+
+_TFDS_TEXTS = (
+    'First doc. It has two sentences.\nA second paragraph here.',
+    '',                                # No text: no document.
+    'Another one! Yes.',
+    'Bad \ufffd char and \x07bell. Fine.',
+)
+
+
+class TinyTextCorpus(tfds.core.GeneratorBasedBuilder):
+  """A four-record text dataset built in the test's temporary directory."""
+
+  VERSION = tfds.core.Version('1.0.0')
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        features=tfds.features.FeaturesDict({'text': tfds.features.Text()}))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {'train': self._generate_examples()}
+
+  def _generate_examples(self):
+    for i, text in enumerate(_TFDS_TEXTS):
+      yield i, {'text': text}
+
+
+@pytest.fixture(scope='module')
+def tfds_dir(tmp_path_factory):
+  data_dir = tmp_path_factory.mktemp('tfds')
+  TinyTextCorpus(data_dir=str(data_dir),
+                 file_format='array_record').download_and_prepare()
+  return str(data_dir)
+
+
+def test_tfds_corpus(tfds_dir):
+  spec = CorpusSpec(source='tfds', tfds_name='tiny_text_corpus:text',
+                    tfds_data_dir=tfds_dir)
+  corpus.validate(spec)
+  docs = list(corpus.read_documents(spec))
+  # TFDS stores records in its own (deterministic) order.
+  assert sorted(docs) == sorted([
+      ['First doc.', 'It has two sentences.', 'A second paragraph here.'],
+      ['Another one!', 'Yes.'],
+      ['Bad \ufffd char and bell.', 'Fine.'],
+  ])
+  assert list(corpus.read_documents(spec)) == docs
+  fp = corpus.fingerprint(spec)
+  assert fp == corpus.fingerprint(spec)
+  assert fp != corpus.fingerprint(
+      CorpusSpec(source='tfds', tfds_name='tiny_text_corpus:text',
+                 tfds_data_dir=tfds_dir, max_documents=1))
+
+
+def test_tfds_corpus_with_version(tfds_dir):
+  spec = CorpusSpec(source='tfds', tfds_name='tiny_text_corpus:1.0.0:text',
+                    tfds_data_dir=tfds_dir, max_documents=2)
+  corpus.validate(spec)
+  assert len(list(corpus.read_documents(spec))) == 2
+
+
+def test_tfds_missing_feature(tfds_dir):
+  message = _error(CorpusSpec(source='tfds',
+                              tfds_name='tiny_text_corpus:body',
+                              tfds_data_dir=tfds_dir))
+  assert "no feature 'body'" in message
+  assert "'text'" in message
+
+
+def test_tfds_missing_split(tfds_dir):
+  message = _error(CorpusSpec(source='tfds',
+                              tfds_name='tiny_text_corpus:text',
+                              tfds_split='validation',
+                              tfds_data_dir=tfds_dir))
+  assert "'validation'" in message
