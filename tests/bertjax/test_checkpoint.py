@@ -58,7 +58,7 @@ def test_keeps_only_the_newest(tmp_path):
     ckpt.save(step, {'w': jnp.full(2, step)}, it)
   ckpt.wait()
   ckpt.close()
-  assert sorted(int(s) for s in (tmp_path / 'ckpt').iterdir()
+  assert sorted(int(s.name) for s in (tmp_path / 'ckpt').iterdir()
                 if s.name.isdigit()) == [3, 4]
 
 
