@@ -160,6 +160,9 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   # ---- Checks that read no data and write nothing.
   config_lib.validate(cfg)
   corpus_lib.validate(corpus_lib.CorpusSpec.from_config(cfg.data.corpus))
+  if cfg.init_from and checkpoint_lib.latest_step(
+      os.path.join(cfg.init_from, 'checkpoints')) is None:
+    raise ResumeError(f'init_from={cfg.init_from!r} has no checkpoint.')
   saved_meta = check_resume_compatible(workdir, cfg)
   is_main = jax.process_index() == 0
   num_train_steps = cfg.num_train_steps or cfg.total_steps
@@ -170,10 +173,14 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   _say(f'mesh {dict(mesh.shape)} over {mesh.size} device(s) '
        f'({jax.devices()[0].device_kind})')
 
-  # ---- Input pipeline.
-  prepared = pretokenize.prepare(cfg.data)
-  tokenizer = prepared.tokenizer
+  # ---- Input pipeline (the tokenizer is checked before the data is built).
+  corpus_spec = corpus_lib.CorpusSpec.from_config(cfg.data.corpus)
+  _say(f'tokenizer and pre-tokenized data under {cfg.data.data_dir} (built '
+       'on first use, then reused)')
+  tokenizer = pretokenize.load_or_train_tokenizer(
+      cfg.data, corpus_spec, corpus_lib.fingerprint(corpus_spec))
   check_tokenizer_matches(saved_meta, tokenizer, workdir)
+  prepared = pretokenize.prepare(cfg.data, tokenizer=tokenizer)
   vocab_size = tokenizer_lib.padded_vocab_size(tokenizer.vocab_size)
   train_iter = iter(pipeline.train_dataset(
       prepared, cfg, jax.process_index(), jax.process_count()))

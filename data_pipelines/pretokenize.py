@@ -227,11 +227,20 @@ def _build_index(source, vocab_size: int) -> DocumentIndex:
       else np.zeros(0, np.int32), np.asarray(offsets, np.int64), counts)
 
 
-def prepare(data_cfg, num_threads: int = 0) -> PreparedData:
-  """Tokenizer + pre-tokenized splits + indices, built once and cached."""
+def prepare(data_cfg, num_threads: int = 0,
+            tokenizer: tokenizer_lib.Tokenizer | None = None) -> PreparedData:
+  """Tokenizer + pre-tokenized splits + indices, built once and cached.
+
+  Args:
+    data_cfg: the config's ``data`` section.
+    num_threads: tokenization threads (0 = one per core).
+    tokenizer: the result of ``load_or_train_tokenizer`` if the caller
+      already has it (e.g. to check it before the expensive build).
+  """
   spec = corpus_lib.CorpusSpec.from_config(data_cfg.corpus)
   corpus_fp = corpus_lib.fingerprint(spec)
-  tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
+  if tokenizer is None:
+    tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
   key = _fingerprint(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
                      data_cfg.eval_fraction, data_cfg.split_seed)
   builder = PretokenizedCorpus(

@@ -201,3 +201,30 @@ def test_most_frequent_token_skips_specials():
 
 def test_base_config_is_valid():
   config_lib.validate(config_lib.base_config())
+
+
+@pytest.mark.e2e
+def test_init_from_continues_another_runs_state(data_dir, tmp_path):
+  first = str(tmp_path / 'phase1')
+  train.train_and_evaluate(
+      _config(data_dir, total_steps=6, num_train_steps=4, log_every_steps=1,
+              eval_every_steps=4, checkpoint_every_steps=4), first)
+  second = str(tmp_path / 'phase2')
+  cfg = _config(data_dir, total_steps=6, log_every_steps=1,
+                eval_every_steps=6, checkpoint_every_steps=6,
+                init_from=first, **{'masking.max_predictions_per_seq': 8})
+  train.train_and_evaluate(cfg, second)
+  records = _read_jsonl(second)
+  assert [r['step'] for r in records] == [5, 6]
+  # The schedule continues: lr(4) = peak * (1 - 4 / 6).
+  assert records[0]['learning_rate'] == pytest.approx(1e-3 * (1 - 4 / 6),
+                                                      rel=1e-5)
+
+
+@pytest.mark.e2e
+def test_init_from_without_checkpoint_fails_before_writing(tmp_path):
+  (tmp_path / 'empty').mkdir()
+  cfg = _config(tmp_path / 'data', init_from=str(tmp_path / 'empty'))
+  with pytest.raises(train.ResumeError, match='has no checkpoint'):
+    train.train_and_evaluate(cfg, str(tmp_path / 'run'))
+  assert sorted(os.listdir(tmp_path)) == ['empty']
