@@ -81,6 +81,11 @@ class MetricWriter:
       logging.info('step %d/%d (eta %.0fs) %s', step, self._total, eta, text)
       print(f'step {step}/{self._total} eta {eta:.0f}s {text}', flush=True)
 
+  def advance(self, step: int) -> None:
+    """Moves the progress bar (if any) to ``step``; cheap every step."""
+    if self._bar is not None:
+      self._bar.update(step - self._bar.n)
+
   def message(self, text: str) -> None:
     if not self._enabled:
       return

@@ -292,6 +292,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
       tokens += int(batch['attention_mask'].sum()) * jax.process_count()
       state, metrics = step_fn(state, to_global(batch))
       step += 1
+      writer.advance(step)
       last = step == num_train_steps
       if step % cfg.log_every_steps == 0 or last:
         metrics = jax.device_get(metrics)

@@ -1,5 +1,8 @@
 """Tests for data_pipelines.masking: BERT's masked-LM rules, vectorized."""
 
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
@@ -265,3 +268,34 @@ def test_masking_config_validate():
   for kwargs, message in bad:
     with pytest.raises(ValueError, match=message):
       MaskingConfig(**kwargs).validate()
+
+
+# ---- Property test over random shapes and knobs.
+
+@settings(max_examples=60, deadline=None)
+@given(batch_size=st.integers(1, 6), seq_len=st.integers(3, 40),
+       max_predictions=st.integers(1, 12), rate=st.floats(0.01, 0.9),
+       seed=st.integers(0, 2**31 - 1), mask_epoch=st.integers(0, 50))
+def test_invariants_hold_for_any_shape(batch_size, seq_len, max_predictions,
+                                       rate, seed, mask_epoch):
+  batch = make_batch(batch_size, seq_len, seed=seed % 1000,
+                     mask_epoch=mask_epoch)
+  config = MaskingConfig(rate=rate, max_predictions_per_seq=max_predictions,
+                         vocab_size=VOCAB_SIZE)
+  out = masking.mask_batch(batch, config, seed)
+  ids = batch['input_ids']
+  candidates = masking.maskable(ids)
+  budget = masking.num_to_predict(batch['attention_mask'].sum(1), rate,
+                                  max_predictions)
+  for row in range(batch_size):
+    used = out['masked_weights'][row] > 0
+    positions = out['masked_positions'][row][used]
+    assert used.sum() == min(budget[row], candidates[row].sum())
+    assert used.sum() <= max_predictions
+    assert np.all(np.diff(positions) > 0)            # Ascending, unique.
+    assert np.all(candidates[row][positions])        # Never specials/pad.
+    assert np.array_equal(out['masked_ids'][row][used], ids[row][positions])
+    untouched = np.ones(seq_len, bool)
+    untouched[positions] = False
+    assert np.array_equal(out['input_ids'][row][untouched],
+                          ids[row][untouched])

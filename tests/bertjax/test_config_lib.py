@@ -1,0 +1,96 @@
+"""Config defaults, the experiment presets, and validation messages."""
+
+import importlib.util
+import os
+
+import pytest
+
+from bertjax import config_lib
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), 'experiments', 'configs')
+
+
+def _load(name):
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(CONFIGS, f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.mark.parametrize('arg', ['size=base', 'size=large',
+                                 'size=base,phase=2', 'size=large,phase=2',
+                                 None])
+def test_bert_presets_are_valid_and_paper_exact(arg):
+  c = _load('bert').get_config(arg)
+  config_lib.validate(c)
+  assert c.batch_size == 256 and c.total_steps == 1_000_000
+  o = c.optimizer
+  assert (o.name, o.learning_rate, o.warmup_steps, o.b1, o.b2, o.eps,
+          o.weight_decay, o.grad_clip_norm) == (
+              'bert_adamw', 1e-4, 10_000, 0.9, 0.999, 1e-6, 0.01, 1.0)
+  assert (c.masking.rate, c.masking.mask_token_prob,
+          c.masking.random_token_prob, c.masking.dynamic) == (
+              0.15, 0.8, 0.1, False)
+  assert (c.data.dupe_factor, c.data.short_seq_prob, c.data.layout) == (
+      10, 0.1, 'nsp')
+  assert c.model.hidden_dropout_rate == c.model.attention_dropout_rate == 0.1
+  if arg and 'phase=2' in arg:
+    assert (c.data.max_seq_length, c.masking.max_predictions_per_seq,
+            c.num_train_steps) == (512, 80, 1_000_000)
+  else:
+    assert (c.data.max_seq_length, c.masking.max_predictions_per_seq,
+            c.num_train_steps) == (128, 20, 900_000)
+
+
+def test_bert_preset_rejects_unknown_arg():
+  with pytest.raises(ValueError, match='unknown arg'):
+    _load('bert').get_config('sise=base')
+
+
+def test_demo_is_valid():
+  config_lib.validate(_load('demo').get_config())
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('model.size', 'huge', 'model.size'),
+    ('data.max_seq_length', 1024, 'max_position_embeddings'),
+    ('data.layout', 'packed', 'data.layout'),
+    ('masking.rate', 1.5, 'masking.rate'),
+    ('masking.max_predictions_per_seq', 0, 'max_predictions_per_seq'),
+    ('optimizer.name', 'sgd', 'optimizer.name'),
+    ('optimizer.warmup_steps', 2_000_000, 'warmup_steps'),
+    ('num_train_steps', 2_000_000, 'num_train_steps'),
+    ('model.dtype', 'float16', 'model.dtype'),
+    ('data.corpus.source', 'web', 'data.corpus.source'),
+    ('data.tokenizer.model_path', '/no/such/model', 'model_path'),
+    ('batch_size', 0, 'batch_size'),
+])
+def test_validate_names_the_field(field, value, message):
+  c = config_lib.base_config()
+  section = c
+  *parents, leaf = field.split('.')
+  for p in parents:
+    section = section[p]
+  section[leaf] = value
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(c)
+
+
+def test_nsp_with_full_sentences_is_rejected():
+  c = config_lib.base_config()
+  c.data.layout = 'full_sentences'
+  with pytest.raises(ValueError, match='nsp_weight=0'):
+    config_lib.validate(c)
+  c.objective.nsp_weight = 0.0
+  config_lib.validate(c)
+
+
+def test_model_config_applies_overrides_and_padded_vocab():
+  c = config_lib.base_config()
+  c.model.size = 'mini'
+  c.model.num_layers = 2
+  m = config_lib.model_config(c, 30592)
+  assert (m.num_layers, m.hidden_size, m.num_heads, m.vocab_size) == (
+      2, 256, 4, 30592)
