@@ -22,11 +22,15 @@ class Checkpointer:
 
   def __init__(self, directory: str, save_every_steps: int, keep: int,
                async_save: bool = True):
+    self._save_every_steps = save_every_steps
     self._manager = ocp.CheckpointManager(
         os.path.abspath(directory),
         options=ocp.CheckpointManagerOptions(
-            save_interval_steps=save_every_steps, max_to_keep=keep,
-            enable_async_checkpointing=async_save, create=True),
+            max_to_keep=keep, enable_async_checkpointing=async_save,
+            create=True,
+            # Saves cut short by a kill leave temporary directories; they are
+            # never restored from, and are removed when the next run starts.
+            cleanup_tmp_directories=True),
         item_handlers={'state': ocp.StandardCheckpointHandler(),
                        'data': grain.checkpoint.CheckpointHandler()})
 
@@ -35,12 +39,18 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, data_iterator, force: bool = False
            ) -> bool:
-    """Saves if ``step`` is due (or ``force``); returns whether it did."""
+    """Saves if ``step`` is due (or ``force``); returns whether it did.
+
+    Due means a multiple of ``save_every_steps`` (orbax on its own would
+    also save the first step it sees, a full extra copy of the state).
+    """
+    if not force and step % self._save_every_steps:
+      return False
     return self._manager.save(
         step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state),
             data=grain.checkpoint.CheckpointSave(data_iterator)),
-        force=force)
+        force=True)
 
   def restore(self, step: int, abstract_state: Any, data_iterator) -> Any:
     """The state at ``step``, sharded like ``abstract_state``'s leaves.
