@@ -106,6 +106,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.masking.mask_token_prob = 0.8
   c.masking.random_token_prob = 0.1
   c.masking.dynamic = False           # False: static, cycles dupe_factor.
+  c.masking.corruption_unit = 'token'  # token | unit (once per word/span).
+  c.masking.random_source = 'uniform'  # uniform | unigram (corpus counts).
+  c.masking.max_ngram = 3             # ngram: n <= max_ngram, P(n) ~ 1/n.
+  c.masking.span_geometric_p = 0.2    # span: length ~ Geometric(p) words,
+  c.masking.span_lower = 1            #   clipped to [lower, upper].
+  c.masking.span_upper = 10
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = 'bert_adamw'     # bert_adamw | adamw
@@ -129,6 +135,40 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval_every_steps = 10_000
   c.checkpoint_every_steps = 10_000
   c.keep_checkpoints = 3
+  return c
+
+
+def parse_arg(arg: str | None, **defaults) -> dict:
+  """``'size=large,phase=2'`` -> dict, over ``defaults``; unknown keys fail."""
+  values = dict(defaults)
+  for item in filter(None, (arg or '').split(',')):
+    key, _, value = item.partition('=')
+    if key not in values:
+      raise ValueError(f'unknown config arg {key!r}; use '
+                       f'{", ".join(f"{k}=" for k in values)}.')
+    values[key] = value
+  return values
+
+
+def bert_paper_config(size: str = 'base', phase: int = 1
+                      ) -> ml_collections.ConfigDict:
+  """google-research/bert's pretraining settings (see configs/bert.py)."""
+  if phase not in (1, 2):
+    raise ValueError(f'phase={phase}; use 1 (seq 128) or 2 (seq 512).')
+  c = base_config()
+  c.model.size = size
+  c.batch_size = 256
+  c.total_steps = 1_000_000
+  c.optimizer.learning_rate = 1e-4
+  c.optimizer.warmup_steps = 10_000
+  if phase == 1:
+    c.num_train_steps = 900_000
+    c.data.max_seq_length = 128
+    c.masking.max_predictions_per_seq = 20
+  else:
+    c.num_train_steps = 1_000_000
+    c.data.max_seq_length = 512
+    c.masking.max_predictions_per_seq = 80
   return c
 
 
@@ -213,11 +253,7 @@ def validate(cfg) -> None:
          f'data.corpus.source={d.corpus.source!r}; use one of '
          f'{corpus_lib.SOURCES}.', errors)
   try:
-    masking_lib.MaskingConfig(
-        strategy=k.strategy, rate=k.rate,
-        max_predictions_per_seq=k.max_predictions_per_seq,
-        mask_token_prob=k.mask_token_prob,
-        random_token_prob=k.random_token_prob).validate()
+    masking_lib.MaskingConfig.from_config(cfg.masking).validate()
   except ValueError as e:
     errors.append(str(e))
   _check(k.max_predictions_per_seq <= d.max_seq_length,

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import optax
 
 OPTIMIZERS = ('bert_adamw', 'adamw')
-SCHEDULES = ('bert_linear',)
+SCHEDULES = ('bert_linear', 'warmup_linear')
 
 
 def bert_schedule(peak_learning_rate: float, warmup_steps: int,
@@ -36,6 +36,17 @@ def bert_schedule(peak_learning_rate: float, warmup_steps: int,
     decay = peak_learning_rate * jnp.maximum(0.0, 1.0 - t / total_steps)
     return jnp.where(t < warmup_steps, warmup, decay)
   return schedule
+
+
+def warmup_linear_schedule(peak_learning_rate: float, warmup_steps: int,
+                           total_steps: int) -> optax.Schedule:
+  """fairseq's polynomial_decay (power 1): linear warmup to the peak at W,
+  then linear decay from the peak at W to 0 at T (RoBERTa, SpanBERT)."""
+  return optax.join_schedules([
+      optax.linear_schedule(0.0, peak_learning_rate, warmup_steps),
+      optax.linear_schedule(peak_learning_rate, 0.0,
+                            max(total_steps - warmup_steps, 1)),
+  ], [warmup_steps])
 
 
 class ScaleByAdamNoBiasCorrectionState(NamedTuple):
@@ -84,6 +95,9 @@ def make_schedule(cfg) -> optax.Schedule:
   if o.schedule not in SCHEDULES:
     raise ValueError(f'optimizer.schedule={o.schedule!r}; use one of '
                      f'{SCHEDULES}.')
+  if o.schedule == 'warmup_linear':
+    return warmup_linear_schedule(o.learning_rate, o.warmup_steps,
+                                  cfg.total_steps)
   return bert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
 
 

@@ -33,6 +33,8 @@ class Stream(enum.IntEnum):
   MASK_SELECT = 7
   MASK_CORRUPT = 8
   MASK_REPLACE = 9
+  MASK_UNIT_LENGTH = 10
+  MASK_UNIT_START = 11
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

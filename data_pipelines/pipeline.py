@@ -48,13 +48,11 @@ def instance_config(cfg) -> instances_lib.InstanceConfig:
       short_seq_prob=cfg.data.short_seq_prob)
 
 
-def masking_config(cfg, vocab_size: int) -> masking_lib.MaskingConfig:
-  m = cfg.masking
-  return masking_lib.MaskingConfig(
-      strategy=m.strategy, rate=m.rate,
-      max_predictions_per_seq=m.max_predictions_per_seq,
-      mask_token_prob=m.mask_token_prob,
-      random_token_prob=m.random_token_prob, vocab_size=vocab_size)
+def masking_config(cfg, prepared: pretokenize.PreparedData
+                   ) -> masking_lib.MaskingConfig:
+  return masking_lib.MaskingConfig.from_config(
+      cfg.masking, prepared.tokenizer.vocab_size,
+      prepared.train_index.unigram_counts)
 
 
 def _instances(prepared: pretokenize.PreparedData, cfg, split: str,
@@ -83,8 +81,7 @@ def train_dataset(prepared: pretokenize.PreparedData, cfg,
   ds = ds[process_index::process_count]
   ds = ds.batch(local_batch_size(cfg.batch_size, process_count),
                 drop_remainder=True)
-  ds = ds.map(_MaskAndPack(
-      masking_config(cfg, prepared.tokenizer.vocab_size), cfg.seed))
+  ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
   return ds.to_iter_dataset(grain.ReadOptions(
       num_threads=cfg.data.num_threads,
       prefetch_buffer_size=cfg.data.prefetch_batches))
@@ -106,8 +103,7 @@ def eval_batches(prepared: pretokenize.PreparedData, cfg,
         f'{batch}; raise data.eval_fraction or lower batch_size.')
   ds = ds[:num_batches * batch][process_index::process_count]
   ds = ds.batch(local_batch_size(batch, process_count), drop_remainder=True)
-  ds = ds.map(_MaskAndPack(
-      masking_config(cfg, prepared.tokenizer.vocab_size), cfg.seed))
+  ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
   return [ds[i] for i in range(len(ds))]
 
 

@@ -40,32 +40,6 @@ data_pipelines.
 from bertjax import config_lib
 
 
-def _parse(arg):
-  values = dict(size='base', phase='1')
-  for item in filter(None, (arg or '').split(',')):
-    key, _, value = item.partition('=')
-    if key not in values:
-      raise ValueError(f'bert.py: unknown arg {key!r}; use size=, phase=.')
-    values[key] = value
-  if values['phase'] not in ('1', '2'):
-    raise ValueError(f'bert.py: phase={values["phase"]!r}; use 1 or 2.')
-  return values
-
-
 def get_config(arg=None):
-  args = _parse(arg)
-  c = config_lib.base_config()
-  c.model.size = args['size']
-  c.batch_size = 256
-  c.total_steps = 1_000_000
-  c.optimizer.learning_rate = 1e-4
-  c.optimizer.warmup_steps = 10_000
-  if args['phase'] == '1':
-    c.num_train_steps = 900_000
-    c.data.max_seq_length = 128
-    c.masking.max_predictions_per_seq = 20
-  else:
-    c.num_train_steps = 1_000_000
-    c.data.max_seq_length = 512
-    c.masking.max_predictions_per_seq = 80
-  return c
+  args = config_lib.parse_arg(arg, size='base', phase='1')
+  return config_lib.bert_paper_config(args['size'], int(args['phase']))

@@ -45,7 +45,7 @@ def test_bert_presets_are_valid_and_paper_exact(arg):
 
 
 def test_bert_preset_rejects_unknown_arg():
-  with pytest.raises(ValueError, match='unknown arg'):
+  with pytest.raises(ValueError, match='unknown config arg'):
     _load('bert').get_config('sise=base')
 
 
@@ -94,3 +94,26 @@ def test_model_config_applies_overrides_and_padded_vocab():
   m = config_lib.model_config(c, 30592)
   assert (m.num_layers, m.hidden_size, m.num_heads, m.vocab_size) == (
       2, 256, 4, 30592)
+
+
+@pytest.mark.parametrize('name, strategy, extra', [
+    ('bert_wwm', 'whole_word', {}),
+    ('ngram_masking', 'ngram', {'max_ngram': 3}),
+    ('span_masking', 'span', {'span_geometric_p': 0.2, 'span_lower': 1,
+                              'span_upper': 10, 'corruption_unit': 'unit',
+                              'random_source': 'unigram'}),
+])
+def test_masking_presets(name, strategy, extra):
+  c = _load(name).get_config()
+  config_lib.validate(c)
+  assert c.masking.strategy == strategy
+  for key, value in extra.items():
+    assert c.masking[key] == value, key
+
+
+def test_span_preset_is_spanberts_run():
+  c = _load('span_masking').get_config()
+  assert (c.data.layout, c.data.max_seq_length, c.objective.nsp_weight,
+          c.data.short_seq_prob) == ('full_sentences', 512, 0.0, 0.0)
+  assert (c.optimizer.eps, c.optimizer.learning_rate, c.total_steps,
+          c.optimizer.schedule) == (1e-8, 1e-4, 2_400_000, 'warmup_linear')

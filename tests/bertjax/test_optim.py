@@ -114,3 +114,11 @@ def test_standard_adamw_is_bias_corrected():
 def test_unknown_optimizer_is_rejected():
   with pytest.raises(ValueError, match='optimizer.name'):
     optim.make_optimizer(_cfg(name='sgd'))
+
+
+@pytest.mark.parametrize('t', [0, 5, 10, 11, 55, 100, 120])
+def test_warmup_linear_schedule_decays_from_end_of_warmup(t):
+  peak, w, total = 1e-4, 10, 100
+  expected = peak * t / w if t < w else peak * max(0.0, 1 - (t - w) / (total - w))
+  got = float(optim.warmup_linear_schedule(peak, w, total)(t))
+  np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-12)

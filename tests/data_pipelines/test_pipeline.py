@@ -4,6 +4,7 @@ Corpus -> tokenizer -> pre-tokenized ArrayRecord -> instances -> masked
 batches, through ``pretokenize.prepare`` and ``pipeline``.
 """
 
+import copy
 import itertools
 import os
 import time
@@ -298,3 +299,25 @@ def test_local_batch_size():
   assert pipeline.local_batch_size(8, 2) == 4
   with pytest.raises(ValueError, match='divisible'):
     pipeline.local_batch_size(8, 3)
+
+
+@pytest.mark.parametrize('strategy', ['whole_word', 'ngram', 'span'])
+def test_word_strategies_mask_whole_words_of_the_real_data(prepared, cfg,
+                                                           strategy):
+  cfg = copy.deepcopy(cfg)
+  cfg.masking.strategy = strategy
+  batch = _take(cfg, prepared, 1)[0]
+  starts = prepared.tokenizer.word_starts(batch['masked_ids'])
+  weights = batch['masked_weights'] > 0
+  assert weights.sum() > 0
+  for row in range(len(weights)):
+    positions = set(batch['masked_positions'][row][weights[row]].tolist())
+    for position, label, is_start in zip(
+        batch['masked_positions'][row][weights[row]],
+        batch['masked_ids'][row][weights[row]], starts[row][weights[row]]):
+      # A masked piece that continues a word has its predecessor masked
+      # too, unless it follows a special (a segment may start mid-word).
+      previous = batch['input_ids'][row][position - 1]
+      if not is_start and previous not in (tokenizer_lib.CLS_ID,
+                                           tokenizer_lib.SEP_ID):
+        assert position - 1 in positions, (strategy, row, position, label)

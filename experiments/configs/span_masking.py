@@ -1,0 +1,47 @@
+"""SpanBERT's span masking and data on the BERT encoder (no SBO head yet).
+
+Joshi et al. 2020, "SpanBERT", Sec. 3.1 and 4 (the paper's run, not the
+code's defaults, which use geometric p 0.3): span lengths in words ~
+Geometric(0.2) clipped to [1, 10] (mean 3.8), uniform starts, whole words,
+until 15% of the tokens are covered; 80/10/10 decided once per span, random
+tokens drawn from the corpus unigram distribution; no NSP, one contiguous
+segment of up to 512 tokens (full-sentence packing), short_seq_prob 0; Adam
+lr 1e-4, beta (0.9, 0.999), epsilon 1e-8, weight decay 0.01, clip 1.0,
+warmup 10k, linear decay, batch 256, 2.4M steps.
+
+  python -m bertjax.train --config=experiments/configs/span_masking.py \
+      --workdir=$WORK/span-base --config.data.corpus.source=files \
+      --config.data.corpus.path='/data/corpus/*.txt'
+
+Departures: no span boundary objective (SBO) until the objectives land;
+dynamic masking (SpanBERT masks each epoch anew through fairseq); spans
+start uniformly over words rather than over tokens.
+"""
+
+from bertjax import config_lib
+
+
+def get_config(arg=None):
+  args = config_lib.parse_arg(arg, size='base')
+  c = config_lib.base_config()
+  c.model.size = args['size']
+  c.batch_size = 256
+  c.total_steps = 2_400_000
+  c.data.layout = 'full_sentences'
+  c.data.max_seq_length = 512
+  c.data.short_seq_prob = 0.0
+  c.objective.nsp_weight = 0.0
+  c.masking.strategy = 'span'
+  c.masking.max_predictions_per_seq = 80
+  c.masking.span_geometric_p = 0.2
+  c.masking.span_lower = 1
+  c.masking.span_upper = 10
+  c.masking.corruption_unit = 'unit'
+  c.masking.random_source = 'unigram'
+  c.masking.dynamic = True
+  c.optimizer.name = 'adamw'            # fairseq's (bias-corrected) Adam.
+  c.optimizer.schedule = 'warmup_linear'
+  c.optimizer.learning_rate = 1e-4
+  c.optimizer.eps = 1e-8
+  c.optimizer.warmup_steps = 10_000
+  return c
