@@ -112,6 +112,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.masking.span_geometric_p = 0.2    # span: length ~ Geometric(p) words,
   c.masking.span_lower = 1            #   clipped to [lower, upper].
   c.masking.span_upper = 10
+  c.masking.audit_tolerance = 0.0     # > 0: fail when a realized rate
+                                      # drifts further from its setting.
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = 'bert_adamw'     # bert_adamw | adamw
@@ -256,6 +258,8 @@ def validate(cfg) -> None:
     masking_lib.MaskingConfig.from_config(cfg.masking).validate()
   except ValueError as e:
     errors.append(str(e))
+  _check(k.audit_tolerance >= 0, f'masking.audit_tolerance='
+         f'{k.audit_tolerance} must be >= 0 (0 = no audit).', errors)
   _check(k.max_predictions_per_seq <= d.max_seq_length,
          f'masking.max_predictions_per_seq={k.max_predictions_per_seq} '
          f'exceeds data.max_seq_length={d.max_seq_length}.', errors)

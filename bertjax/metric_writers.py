@@ -77,7 +77,9 @@ class MetricWriter:
       elapsed = time.time() - self._start_time
       done = max(step - self._start_step, 1)
       eta = elapsed / done * (self._total - step)
-      text = ' '.join(f'{k}={v:.4g}' for k, v in sorted(metrics.items()))
+      # The unit-length histogram goes to TensorBoard and JSONL only.
+      text = ' '.join(f'{k}={v:.4g}' for k, v in sorted(metrics.items())
+                      if not k.startswith('masking_unit_len_'))
       logging.info('step %d/%d (eta %.0fs) %s', step, self._total, eta, text)
       print(f'step {step}/{self._total} eta {eta:.0f}s {text}', flush=True)
 

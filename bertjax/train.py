@@ -34,6 +34,7 @@ from bertjax import optim
 from bertjax import sharding
 from bertjax.models import bert as bert_lib
 from data_pipelines import corpus as corpus_lib
+from data_pipelines import masking as masking_lib
 from data_pipelines import pipeline
 from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
@@ -187,6 +188,13 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   eval_batches = pipeline.eval_batches(
       prepared, cfg, jax.process_index(), jax.process_count())
   spec = pipeline.batch_spec(cfg, jax.process_count())
+  masking_cfg = pipeline.masking_config(cfg, prepared)
+  audit_tolerance = cfg.masking.audit_tolerance
+  if audit_tolerance:  # Fail fast, before compiling: audit the eval batches.
+    masking_lib.audit(
+        masking_lib.summarize_statistics(
+            sum(b[pipeline.STATISTICS] for b in eval_batches)),
+        masking_cfg, audit_tolerance, 'on the eval batches')
   global_spec = pipeline.batch_spec(cfg, 1)
 
   # ---- Model and optimizer.
@@ -305,6 +313,13 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
         summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
                        learning_rate=metrics['learning_rate'],
                        tokens_per_second=tokens / max(now - t_last, 1e-9))
+        # Masking telemetry of the logged step's batch (like the metrics).
+        masking_summary = masking_lib.summarize_statistics(
+            batch[pipeline.STATISTICS])
+        if audit_tolerance:
+          masking_lib.audit(masking_summary, masking_cfg, audit_tolerance,
+                            f'at step {step}')
+        summary.update(masking_summary)
         if step % cfg.eval_every_steps == 0 or last:
           summary.update(evaluate(state.params))
         writer.write(step, summary)

@@ -27,6 +27,7 @@ from data_pipelines import pretokenize
 MODEL_FEATURES = ('input_ids', 'token_type_ids', 'attention_mask',
                   'masked_positions', 'masked_ids', 'masked_weights',
                   'next_sentence_labels')
+STATISTICS = 'masking_statistics'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +40,11 @@ class _MaskAndPack(grain.transforms.Map):
     batch = dict(batch)
     batch['next_sentence_labels'] = batch.pop('next_sentence_label')
     batch = masking_lib.mask_batch(batch, self.config, self.seed)
-    return {k: batch[k] for k in MODEL_FEATURES}
+    out = {k: batch[k] for k in MODEL_FEATURES}
+    # Host-side telemetry; the trainer pops it before the batch goes to
+    # the devices.
+    out[STATISTICS] = masking_lib.statistics(batch)
+    return out
 
 
 def instance_config(cfg) -> instances_lib.InstanceConfig:

@@ -79,7 +79,10 @@ def test_main_trains_logs_and_checkpoints(data_dir, tmp_path):
   records = _read_jsonl(workdir)
   assert [r['step'] for r in records] == [2, 4, 6]
   for key in ('loss', 'mlm_loss', 'mlm_accuracy', 'nsp_accuracy',
-              'learning_rate', 'grad_norm', 'tokens_per_second'):
+              'learning_rate', 'grad_norm', 'tokens_per_second',
+              'masking_rate', 'masking_mask_fraction',
+              'masking_random_fraction', 'masking_kept_fraction',
+              'masking_unit_length_mean', 'masking_unit_len_1'):
     assert key in records[-1], key
   assert 'eval_mlm_accuracy' in records[-1]
   assert 0 <= final['eval_mlm_accuracy'] <= 1
@@ -228,3 +231,13 @@ def test_init_from_without_checkpoint_fails_before_writing(tmp_path):
   with pytest.raises(train.ResumeError, match='has no checkpoint'):
     train.train_and_evaluate(cfg, str(tmp_path / 'run'))
   assert sorted(os.listdir(tmp_path)) == ['empty']
+
+
+@pytest.mark.e2e
+def test_masking_audit_fails_before_training(data_dir, tmp_path):
+  # 2 prediction slots for 32-token rows cap the rate near 0.06, not 0.15.
+  cfg = _config(data_dir, **{'masking.max_predictions_per_seq': 2,
+                             'masking.audit_tolerance': 0.02})
+  with pytest.raises(ValueError, match='masking audit failed on the eval'):
+    train.train_and_evaluate(cfg, str(tmp_path / 'run'))
+  assert not (tmp_path / 'run').exists()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bertjax import config_lib
+from data_pipelines import masking
 from data_pipelines import pipeline
 from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
@@ -190,7 +191,10 @@ def test_too_small_corpus(tmp_path):
 def test_batches_match_the_spec(prepared, cfg, process_count):
   spec = pipeline.batch_spec(cfg, process_count)
   for batch in _take(cfg, prepared, 3, 0, process_count):
-    assert set(batch) == set(spec) == set(pipeline.MODEL_FEATURES)
+    assert set(spec) == set(pipeline.MODEL_FEATURES)
+    assert set(batch) == set(spec) | {pipeline.STATISTICS}
+    assert batch[pipeline.STATISTICS].shape == (
+        masking.NUM_STATISTICS,)
     for key, (shape, dtype) in spec.items():
       assert batch[key].shape == shape, key
       assert batch[key].dtype == dtype, key
@@ -234,8 +238,12 @@ def test_host_sharding(prepared, cfg):
   host0 = _take(cfg, prepared, 6, process_index=0, process_count=2)
   host1 = _take(cfg, prepared, 6, process_index=1, process_count=2)
   for w, h0, h1 in zip(whole, host0, host1):
-    both = {k: np.concatenate([h0[k], h1[k]]) for k in w}
-    assert _rows(both) == _rows(w)
+    both = {k: np.concatenate([h0[k], h1[k]]) for k in pipeline.MODEL_FEATURES}
+    assert _rows(both) == _rows({k: w[k] for k in pipeline.MODEL_FEATURES})
+    # Per-host telemetry adds up to the whole batch's.
+    np.testing.assert_array_equal(
+        h0[pipeline.STATISTICS] + h1[pipeline.STATISTICS],
+        w[pipeline.STATISTICS])
 
 
 def test_state_round_trip(prepared, cfg):
@@ -284,8 +292,12 @@ def test_eval_batches_sharded(prepared, cfg):
   host1 = pipeline.eval_batches(prepared, cfg, 1, 2)
   assert len(host0) == len(host1) == len(whole)
   for w, h0, h1 in zip(whole, host0, host1):
-    both = {k: np.concatenate([h0[k], h1[k]]) for k in w}
-    assert _rows(both) == _rows(w)
+    both = {k: np.concatenate([h0[k], h1[k]]) for k in pipeline.MODEL_FEATURES}
+    assert _rows(both) == _rows({k: w[k] for k in pipeline.MODEL_FEATURES})
+    # Per-host telemetry adds up to the whole batch's.
+    np.testing.assert_array_equal(
+        h0[pipeline.STATISTICS] + h1[pipeline.STATISTICS],
+        w[pipeline.STATISTICS])
 
 
 def test_eval_batches_error_when_split_too_small(prepared, cfg):
