@@ -90,6 +90,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.tokenizer.model_type = 'unigram'
   c.data.tokenizer.max_sentences = 2_000_000
   c.data.data_dir = default_data_dir()
+  c.data.gazetteer_path = ''          # Entities/phrases for 'entity' masking.
   c.data.eval_fraction = 0.01
   c.data.split_seed = 0
   c.data.layout = 'nsp'               # nsp | full_sentences
@@ -112,6 +113,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.masking.span_geometric_p = 0.2    # span: length ~ Geometric(p) words,
   c.masking.span_lower = 1            #   clipped to [lower, upper].
   c.masking.span_upper = 10
+  c.masking.entity_mixture = (1 / 3, 1 / 3, 1 / 3)  # entity: ERNIE levels
+                                      # (word, phrase, entity) per row.
   c.masking.audit_tolerance = 0.0     # > 0: fail when a realized rate
                                       # drifts further from its setting.
 
@@ -251,6 +254,12 @@ def validate(cfg) -> None:
   else:
     _check(os.path.isfile(tok.model_path), 'data.tokenizer.model_path='
            f'{tok.model_path!r} does not exist.', errors)
+  _check(not d.gazetteer_path or os.path.isfile(d.gazetteer_path),
+         f'data.gazetteer_path={d.gazetteer_path!r} does not exist.', errors)
+  _check(k.strategy != 'entity' or bool(d.gazetteer_path),
+         'masking.strategy="entity" needs entity/phrase units: set '
+         'data.gazetteer_path to a gazetteer file (one entity or phrase per '
+         'line).', errors)
   _check(d.corpus.source in corpus_lib.SOURCES,
          f'data.corpus.source={d.corpus.source!r}; use one of '
          f'{corpus_lib.SOURCES}.', errors)

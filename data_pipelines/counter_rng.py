@@ -35,6 +35,7 @@ class Stream(enum.IntEnum):
   MASK_REPLACE = 9
   MASK_UNIT_LENGTH = 10
   MASK_UNIT_START = 11
+  MASK_LEVEL = 12
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

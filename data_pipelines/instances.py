@@ -205,19 +205,32 @@ class InstanceBuilder:
       return self._plans[data_epoch]
 
   def _sentences(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids and word starts of global sentences [start, end) of one doc."""
+    """Token ids and flags of global sentences [start, end) of one doc.
+
+    Flags are int8: bit 0 the word start, bits 1+ the unit label (see
+    pretokenize: 0 none, 1/2 entity begin/inside, 3/4 phrase begin/inside).
+    """
     doc = int(np.searchsorted(self.index.document_offsets, start, 'right') - 1)
     record = self.source[doc]
     first_sentence = self.index.document_offsets[doc]
     t0 = self._csum[start] - self._csum[first_sentence]
     t1 = self._csum[end] - self._csum[first_sentence]
-    return record['token_ids'][t0:t1], record['word_starts'][t0:t1]
+    flags = record['word_starts'][t0:t1].astype(np.int8)
+    if 'unit_labels' in record:
+      flags |= record['unit_labels'][t0:t1].astype(np.int8) << 1
+    return record['token_ids'][t0:t1], flags
 
   def materialize(self, plan: Plan, k: int, data_epoch: int) -> dict:
-    """Instance ``k`` of ``plan``: unpadded token ids, types, word starts."""
+    """Instance ``k`` of ``plan``: unpadded token ids, types, word starts,
+    unit labels (specials start a word and have label 0)."""
     if self.config.layout == 'nsp':
-      return self._materialize_nsp(plan, k, data_epoch)
-    return self._materialize_packed(plan, k)
+      instance = self._materialize_nsp(plan, k, data_epoch)
+    else:
+      instance = self._materialize_packed(plan, k)
+    flags = instance.pop('flags')
+    instance['word_starts'] = (flags & 1).astype(bool)
+    instance['unit_labels'] = (flags >> 1).astype(np.int8)
+    return instance
 
   def _materialize_nsp(self, plan: Plan, k: int, data_epoch: int) -> dict:
     max_num_tokens = self.config.max_seq_length - 3
@@ -248,21 +261,21 @@ class InstanceBuilder:
     ids = np.concatenate([[CLS_ID], a_ids, [SEP_ID], b_ids, [SEP_ID]])
     types = np.concatenate([np.zeros(len(a_ids) + 2, np.int32),
                             np.ones(len(b_ids) + 1, np.int32)])
-    ws = np.concatenate([[True], a_ws, [True], b_ws, [True]])
+    flags = np.concatenate([[1], a_ws, [1], b_ws, [1]]).astype(np.int8)
     return {'input_ids': ids.astype(np.int32), 'token_type_ids': types,
-            'word_starts': ws, 'next_sentence_label': np.int32(is_random)}
+            'flags': flags, 'next_sentence_label': np.int32(is_random)}
 
   def _materialize_packed(self, plan: Plan, k: int) -> dict:
     max_num_tokens = self.config.max_seq_length - 2
     start, end = int(plan.start[k]), int(plan.end[k])
     offsets = self.index.document_offsets
-    ids, ws = [np.array([CLS_ID])], [np.array([True])]
+    ids, ws = [np.array([CLS_ID])], [np.array([1], np.int8)]
     doc = int(plan.document[k])
     while start < end:
       piece_end = min(end, int(offsets[doc + 1]))
       if start == offsets[doc] and len(ids) > 1:
         ids.append(np.array([SEP_ID]))
-        ws.append(np.array([True]))
+        ws.append(np.array([1], np.int8))
       piece_ids, piece_ws = self._sentences(start, piece_end)
       ids.append(piece_ids)
       ws.append(piece_ws)
@@ -271,19 +284,19 @@ class InstanceBuilder:
     ws = np.concatenate(ws)[:max_num_tokens + 1]
     ids = np.append(ids, SEP_ID).astype(np.int32)
     return {'input_ids': ids, 'token_type_ids': np.zeros(len(ids), np.int32),
-            'word_starts': np.append(ws, True),
+            'flags': np.append(ws, 1).astype(np.int8),
             'next_sentence_label': np.int32(0)}
 
 
-def _truncate(ids, word_starts, remove, counters, which):
+def _truncate(ids, flags, remove, counters, which):
   """Removes ``remove`` tokens, each from the front or back with p = 0.5."""
   if not remove:
-    return ids, word_starts
+    return ids, flags
   coins = counter_rng.uniform(counters[0], Stream.TRUNCATION, *counters[1:],
                               which, num=remove)
   front = int((coins < 0.5).sum())
   keep = slice(front, len(ids) - (remove - front))
-  return ids[keep], word_starts[keep]
+  return ids[keep], flags[keep]
 
 
 def pad_instance(instance: dict, max_seq_length: int) -> dict:
@@ -299,6 +312,7 @@ def pad_instance(instance: dict, max_seq_length: int) -> dict:
       'token_type_ids': padded(instance['token_type_ids'], 0),
       'attention_mask': padded(np.ones(n, np.int32), 0),
       'word_starts': padded(instance['word_starts'], False),
+      'unit_labels': padded(instance['unit_labels'], 0),
       'next_sentence_label': instance['next_sentence_label'],
   }
 

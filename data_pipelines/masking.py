@@ -19,6 +19,10 @@ ngram         n consecutive words, P(n) proportional to 1/n for n <= max_n
               (ALBERT; Lan et al. 2020, google-research/albert)
 span          L consecutive words, L ~ Geometric(p) clipped to
               [lower, upper], uniform start (SpanBERT; Joshi et al. 2020)
+entity        per row, one of ERNIE 1.0's levels (Sun et al. 2019), drawn
+              with ``entity_mixture`` = (word, phrase, entity) weights: a
+              word, or a word with every phrase (resp. entity) of the row
+              merged into one unit; units from ``unit_labels`` (gazetteer)
 ============  ==============================================================
 
 The budget is BERT's: ``min(max_predictions_per_seq, max(1, round(n * rate)))``
@@ -47,11 +51,12 @@ import dataclasses
 import numpy as np
 
 from data_pipelines import counter_rng
+from data_pipelines import gazetteer as gazetteer_lib
 from data_pipelines.counter_rng import Stream
 from data_pipelines.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID
 from data_pipelines.tokenizer import SEP_ID
 
-STRATEGIES = ('token', 'whole_word', 'ngram', 'span')
+STRATEGIES = ('token', 'whole_word', 'ngram', 'span', 'entity')
 CORRUPTION_UNITS = ('token', 'unit')
 RANDOM_SOURCES = ('uniform', 'unigram')
 # Corruption codes in ``masked_corruption``.
@@ -77,6 +82,9 @@ class MaskingConfig:
     span_geometric_p: span: the geometric distribution's p.
     span_lower: span: the shortest span, in words.
     span_upper: span: the longest span, in words.
+    entity_mixture: entity: probabilities of the (word, phrase, entity)
+      levels per row. ERNIE's stages are runs with (1, 0, 0), (0, 1, 0),
+      (0, 0, 1); a mixture trains all levels at once.
     vocab_size: the tokenizer's real vocabulary (random tokens come from
       [NUM_SPECIAL, vocab_size)).
     unigram_counts: int [vocab_size] token counts, for 'unigram'.
@@ -92,6 +100,7 @@ class MaskingConfig:
   span_geometric_p: float = 0.2
   span_lower: int = 1
   span_upper: int = 10
+  entity_mixture: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
   vocab_size: int = 0
   unigram_counts: np.ndarray | None = dataclasses.field(
       default=None, compare=False, repr=False)
@@ -108,6 +117,7 @@ class MaskingConfig:
         corruption_unit=m.corruption_unit, random_source=m.random_source,
         max_ngram=m.max_ngram, span_geometric_p=m.span_geometric_p,
         span_lower=m.span_lower, span_upper=m.span_upper,
+        entity_mixture=tuple(m.entity_mixture),
         vocab_size=vocab_size, unigram_counts=unigram_counts)
 
   def validate(self) -> None:
@@ -136,6 +146,11 @@ class MaskingConfig:
     if not 0 < self.span_geometric_p <= 1:
       raise ValueError(f'masking.span_geometric_p={self.span_geometric_p} '
                        'must be in (0, 1].')
+    mixture = tuple(self.entity_mixture)
+    if (len(mixture) != 3 or min(mixture) < 0
+        or abs(sum(mixture) - 1) > 1e-6):
+      raise ValueError(f'masking.entity_mixture={mixture} must be three '
+                       'probabilities (word, phrase, entity) summing to 1.')
     if not 1 <= self.span_lower <= self.span_upper:
       raise ValueError(f'masking.span_lower={self.span_lower} and '
                        f'masking.span_upper={self.span_upper} must satisfy '
@@ -414,6 +429,29 @@ def _select_span(words: _Words, budget, seed, example_index, mask_epoch,
   return _expand(words, covered[:, :width], _span_starts(begins[:, :width]))
 
 
+def _entity_word_starts(batch, candidates, config: MaskingConfig, seed,
+                        example_index, mask_epoch) -> np.ndarray:
+  """Word starts with each row's phrases or entities merged into one word.
+
+  The row's level (0 word, 1 phrase, 2 entity) is drawn from
+  ``entity_mixture``; at level 1 (2) every phrase (entity) of the row
+  becomes a single unit, so whole-word selection masks it whole.
+  """
+  labels = np.asarray(batch['unit_labels'])
+  u = counter_rng.uniform(seed, Stream.MASK_LEVEL, mask_epoch,
+                          example_index)
+  level = _sample(np.cumsum(config.entity_mixture), u)
+  begin = np.where(level == 2, gazetteer_lib.ENTITY_BEGIN,
+                   gazetteer_lib.PHRASE_BEGIN)[:, None]
+  merged = (level > 0)[:, None]
+  inside = merged & (labels == begin + 1)
+  begins = merged & (labels == begin)
+  word_starts = np.asarray(batch['word_starts'], bool) & ~inside | begins
+  # The token after a merged unit starts a new unit.
+  in_unit = np.pad(inside | begins, ((0, 0), (1, 0)))[:, :-1]
+  return word_starts | (in_unit & ~inside & candidates)
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -434,7 +472,8 @@ def mask_batch(batch: dict, config: MaskingConfig, seed: int) -> dict:
   Args:
     batch: numpy arrays with a leading batch axis: ``input_ids`` [B, L],
       ``attention_mask`` [B, L], ``example_index`` [B], ``mask_epoch`` [B],
-      and for word-based strategies ``word_starts`` bool [B, L].
+      for word-based strategies ``word_starts`` bool [B, L], and for
+      'entity' ``unit_labels`` int8 [B, L] (see gazetteer.py).
     config: masking knobs.
     seed: the data seed.
 
@@ -466,6 +505,10 @@ def mask_batch(batch: dict, config: MaskingConfig, seed: int) -> dict:
   else:
     words = _words(candidates, np.asarray(batch['word_starts'], bool))
     if config.strategy == 'whole_word':
+      selected, unit_key = _select_whole_word(words, budget, *counters)
+    elif config.strategy == 'entity':
+      words = _words(candidates, _entity_word_starts(
+          batch, candidates, config, *counters))
       selected, unit_key = _select_whole_word(words, budget, *counters)
     elif config.strategy == 'ngram':
       selected, unit_key = _select_ngram(words, budget, *counters,

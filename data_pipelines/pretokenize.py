@@ -7,6 +7,7 @@ Each record is one document:
   token_ids:        int32 [num_tokens]     all sentences, concatenated
   sentence_lengths: int32 [num_sentences]  tokens per sentence
   word_starts:      bool  [num_tokens]     does the token start a word?
+  unit_labels:      int8  [num_tokens]     entity/phrase units (gazetteer.py)
 
 Next to the TFDS files, ``index-<split>.npz`` holds what instance planning
 needs without reading the documents again (sentence lengths per document)
@@ -30,10 +31,11 @@ import tensorflow_datasets as tfds
 
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import counter_rng
+from data_pipelines import gazetteer as gazetteer_lib
 from data_pipelines import tokenizer as tokenizer_lib
 
 # Bump when the record layout or the split rule changes.
-FORMAT_VERSION = '1.0.0'
+FORMAT_VERSION = '1.1.0'
 _DOCS_PER_ENCODE_BATCH = 512
 
 
@@ -97,12 +99,14 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
 
   def __init__(self, *, documents_fn: Callable[[], Iterable[list[str]]],
                tokenizer: tokenizer_lib.Tokenizer, eval_fraction: float,
-               split_seed: int, num_threads: int, **kwargs):
+               split_seed: int, num_threads: int,
+               gazetteer: gazetteer_lib.Gazetteer | None = None, **kwargs):
     self._documents_fn = documents_fn
     self._tokenizer = tokenizer
     self._eval_fraction = eval_fraction
     self._split_seed = split_seed
     self._num_threads = num_threads
+    self._gazetteer = gazetteer
     super().__init__(**kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
@@ -114,6 +118,7 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
             'sentence_lengths': tfds.features.Tensor(shape=(None,),
                                                      dtype=np.int32),
             'word_starts': tfds.features.Tensor(shape=(None,), dtype=np.bool_),
+            'unit_labels': tfds.features.Tensor(shape=(None,), dtype=np.int8),
         }),
         metadata=tfds.core.MetadataDict(
             tokenizer_sha256=self._tokenizer.sha256,
@@ -128,7 +133,8 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
   def _generate_examples(self, is_eval: bool) -> Iterator:
     count = 0
     for doc_index, record in _tokenize_documents(
-        self._documents_fn(), self._tokenizer, self._num_threads):
+        self._documents_fn(), self._tokenizer, self._num_threads,
+        self._gazetteer):
       in_eval = counter_rng.uniform(
           self._split_seed, counter_rng.Stream.EVAL_SPLIT,
           doc_index) < self._eval_fraction
@@ -141,7 +147,9 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
 
 def _tokenize_documents(documents: Iterable[list[str]],
                         tokenizer: tokenizer_lib.Tokenizer,
-                        num_threads: int) -> Iterator[tuple[int, dict]]:
+                        num_threads: int,
+                        gazetteer: gazetteer_lib.Gazetteer | None = None
+                        ) -> Iterator[tuple[int, dict]]:
   """Yields (document index, record); SentencePiece encodes in parallel."""
   def flush(batch, first_index):
     sentences = [s for doc in batch for s in doc]
@@ -152,10 +160,17 @@ def _tokenize_documents(documents: Iterable[list[str]],
       if not pieces:
         continue
       token_ids = np.concatenate(pieces).astype(np.int32)
+      word_starts = tokenizer.word_starts(token_ids)
+      if gazetteer is None:
+        unit_labels = np.zeros(len(token_ids), np.int8)
+      else:  # Per sentence: a unit never spans two sentences.
+        unit_labels = np.concatenate([
+            gazetteer.label(p, tokenizer.word_starts(p)) for p in pieces])
       yield first_index + i, {
           'token_ids': token_ids,
           'sentence_lengths': np.array([len(p) for p in pieces], np.int32),
-          'word_starts': tokenizer.word_starts(token_ids),
+          'word_starts': word_starts,
+          'unit_labels': unit_labels,
       }
 
   batch, first = [], 0
@@ -241,12 +256,19 @@ def prepare(data_cfg, num_threads: int = 0,
   corpus_fp = corpus_lib.fingerprint(spec)
   if tokenizer is None:
     tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
+  gazetteer = None
+  gazetteer_sha = ''
+  if data_cfg.get('gazetteer_path'):
+    gazetteer = gazetteer_lib.Gazetteer.load(data_cfg.gazetteer_path,
+                                             tokenizer)
+    gazetteer_sha = gazetteer_lib.file_sha256(data_cfg.gazetteer_path)
   key = _fingerprint(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
-                     data_cfg.eval_fraction, data_cfg.split_seed)
+                     data_cfg.eval_fraction, data_cfg.split_seed,
+                     gazetteer_sha)
   builder = PretokenizedCorpus(
       documents_fn=_documents_fn(spec), tokenizer=tokenizer,
       eval_fraction=data_cfg.eval_fraction, split_seed=data_cfg.split_seed,
-      num_threads=num_threads or os.cpu_count(),
+      num_threads=num_threads or os.cpu_count(), gazetteer=gazetteer,
       data_dir=os.path.join(data_cfg.data_dir, 'pretokenized', key),
       file_format='array_record')
   builder.download_and_prepare()

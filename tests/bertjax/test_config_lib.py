@@ -117,3 +117,17 @@ def test_span_preset_is_spanberts_run():
           c.data.short_seq_prob) == ('full_sentences', 512, 0.0, 0.0)
   assert (c.optimizer.eps, c.optimizer.learning_rate, c.total_steps,
           c.optimizer.schedule) == (1e-8, 1e-4, 2_400_000, 'warmup_linear')
+
+
+@pytest.mark.parametrize('stage, mixture', [
+    ('word', (1.0, 0.0, 0.0)), ('entity', (0.0, 0.0, 1.0)),
+    ('mixed', (1 / 3, 1 / 3, 1 / 3))])
+def test_ernie_preset(tmp_path, stage, mixture):
+  c = _load('ernie').get_config(f'stage={stage}')
+  assert c.masking.strategy == 'entity'
+  assert tuple(c.masking.entity_mixture) == pytest.approx(mixture)
+  with pytest.raises(ValueError, match='gazetteer_path'):
+    config_lib.validate(c)   # Entity masking needs its units.
+  (tmp_path / 'g.txt').write_text('new york\n')
+  c.data.gazetteer_path = str(tmp_path / 'g.txt')
+  config_lib.validate(c)

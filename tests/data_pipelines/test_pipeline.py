@@ -333,3 +333,26 @@ def test_word_strategies_mask_whole_words_of_the_real_data(prepared, cfg,
       if not is_start and previous not in (tokenizer_lib.CLS_ID,
                                            tokenizer_lib.SEP_ID):
         assert position - 1 in positions, (strategy, row, position, label)
+
+
+def test_gazetteer_units_reach_the_masking(tmp_dir, tmp_path):
+  """Entities from a gazetteer are labelled while pre-tokenizing and masked
+  whole by the 'entity' strategy at the entity level."""
+  cfg = _config(tmp_dir)
+  cfg.data.data_dir = str(tmp_path / 'data')
+  # Frequent word pairs of the synthetic corpus serve as entities.
+  prepared = pretokenize.prepare(cfg.data, num_threads=2)
+  record = prepared.train_source[0]
+  first_words = prepared.tokenizer.decode(record['token_ids'][:40]).split()
+  entity = ' '.join(first_words[:2])
+  (tmp_path / 'gazetteer.txt').write_text(entity + '\n')
+  cfg.data.gazetteer_path = str(tmp_path / 'gazetteer.txt')
+  cfg.masking.strategy = 'entity'
+  cfg.masking.entity_mixture = (0.0, 0.0, 1.0)
+  with_units = pretokenize.prepare(cfg.data, num_threads=2)
+  assert with_units.directory != prepared.directory   # Rebuilt.
+  labelled = sum(int((with_units.train_source[i]['unit_labels'] == 1).sum())
+                 for i in range(len(with_units.train_source)))
+  assert labelled > 0
+  batch = next(iter(pipeline.train_dataset(with_units, cfg)))
+  assert batch['masked_weights'].sum() > 0
