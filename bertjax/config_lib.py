@@ -98,6 +98,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.short_seq_prob = 0.1
   c.data.dupe_factor = 10             # Static masking: versions of the data.
   c.data.num_threads = 4
+  c.data.num_workers = 0              # Grain worker processes (0 = none).
   c.data.prefetch_batches = 8
 
   c.masking = ml_collections.ConfigDict()
@@ -237,6 +238,8 @@ def validate(cfg) -> None:
          f'data.eval_fraction={d.eval_fraction} must be in (0, 1).', errors)
   _check(d.dupe_factor >= 1, f'data.dupe_factor={d.dupe_factor} must be '
          '>= 1.', errors)
+  _check(d.num_workers >= 0, f'data.num_workers={d.num_workers} must be '
+         '>= 0 (0 = no worker processes).', errors)
   _check(d.num_threads >= 1, f'data.num_threads={d.num_threads} must be '
          '>= 1.', errors)
   _check(d.layout != 'full_sentences' or not cfg.objective.nsp_weight,

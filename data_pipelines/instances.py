@@ -189,6 +189,18 @@ class InstanceBuilder:
         collections.OrderedDict())
     self._lock = threading.Lock()
 
+  def __getstate__(self):
+    # Grain's worker processes receive the pipeline by pickling; locks and
+    # cached plans stay behind and are rebuilt there.
+    state = dict(self.__dict__)
+    state['_lock'] = None
+    state['_plans'] = collections.OrderedDict()
+    return state
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
+    self._lock = threading.Lock()
+
   def plan(self, data_epoch: int) -> Plan:
     """The plan of one data epoch (cached; thread-safe)."""
     with self._lock:
@@ -342,6 +354,15 @@ class InstanceDataset(grain.MapDataset):
     self._shuffle = shuffle
     self._epoch_starts = [0]
     self._orders: dict[int, np.ndarray] = {}
+    self._lock = threading.Lock()
+
+  def __getstate__(self):
+    state = dict(self.__dict__)
+    state['_lock'] = None
+    return state
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
     self._lock = threading.Lock()
 
   def data_epoch(self, epoch: int) -> int:

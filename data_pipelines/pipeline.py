@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from absl import flags
 import grain
 import numpy as np
 
@@ -87,9 +88,20 @@ def train_dataset(prepared: pretokenize.PreparedData, cfg,
   ds = ds.batch(local_batch_size(cfg.batch_size, process_count),
                 drop_remainder=True)
   ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
-  return ds.to_iter_dataset(grain.ReadOptions(
+  ds = ds.to_iter_dataset(grain.ReadOptions(
       num_threads=cfg.data.num_threads,
       prefetch_buffer_size=cfg.data.prefetch_batches))
+  num_workers = cfg.data.get('num_workers', 0)
+  if num_workers:
+    # Grain's workers read absl flags; outside an absl app (tests,
+    # notebooks) they would raise before the flags are parsed.
+    if not flags.FLAGS.is_parsed():
+      flags.FLAGS.mark_as_parsed()
+    # Worker processes each build whole batches; Grain interleaves them in
+    # order, so the stream does not depend on the number of workers.
+    ds = ds.mp_prefetch(grain.MultiprocessingOptions(
+        num_workers=num_workers, per_worker_buffer_size=2))
+  return ds
 
 
 def eval_batches(prepared: pretokenize.PreparedData, cfg,

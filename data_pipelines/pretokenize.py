@@ -272,9 +272,12 @@ def prepare(data_cfg, num_threads: int = 0,
       data_dir=os.path.join(data_cfg.data_dir, 'pretokenized', key),
       file_format='array_record')
   builder.download_and_prepare()
+  # Read through a builder restored from the directory: it needs no corpus
+  # or tokenizer, so the sources pickle into Grain's worker processes.
+  reader = tfds.builder_from_directory(builder.data_dir)
   sources, indices = {}, {}
   for split in ('train', 'eval'):
-    source = builder.as_data_source(split=split)
+    source = reader.as_data_source(split=split)
     path = os.path.join(builder.data_dir, f'index-{split}.npz')
     if not os.path.exists(path):
       _build_index(source, tokenizer.vocab_size).save(path)

@@ -4,7 +4,8 @@
 
 Needs the ``bench`` extra (``pip install '.[bench]'``: torch, transformers).
 Both sides get the same batches (256 x 128 and 32 x 512 tokens, BERT-style
-rows: [CLS] A [SEP] B [SEP], about 10% padding, words of 1-3 pieces) and run
+rows: [CLS] A [SEP] B [SEP], about 10% padding, words of 1-3 pieces, and
+two-word entity/phrase units for the entity strategy) and run
 pinned to one core (``sched_setaffinity`` and one torch thread), alternating
 so that both see the same machine state. The peer is transformers'
 ``DataCollatorForLanguageModeling`` (mlm_probability 0.15, 80/10/10), in
@@ -48,8 +49,18 @@ def make_batch(batch_size: int, seq_len: int, seed: int = 0) -> dict:
   special = (ids == CLS_ID) | (ids == SEP_ID) | (ids == PAD_ID)
   word_starts |= special
   attention = (np.arange(seq_len)[None, :] < lengths[:, None]).astype(np.int32)
+  # Entity/phrase units of two words at about one word in eight.
+  unit_labels = np.zeros(ids.shape, np.int8)
+  for row in range(batch_size):
+    starts = np.flatnonzero(word_starts[row] & ~special[row])
+    for i in range(0, len(starts) - 2, 8):
+      first, end = starts[i], starts[i + 2]
+      if not special[row, first:end].any():
+        begin = 1 if i % 16 == 0 else 3   # Entity, then phrase.
+        unit_labels[row, first] = begin
+        unit_labels[row, first + 1:end] = begin + 1
   return {'input_ids': ids, 'attention_mask': attention,
-          'word_starts': word_starts,
+          'word_starts': word_starts, 'unit_labels': unit_labels,
           'example_index': np.arange(batch_size, dtype=np.int64),
           'mask_epoch': np.zeros(batch_size, np.int64)}
 

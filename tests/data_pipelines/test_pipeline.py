@@ -356,3 +356,12 @@ def test_gazetteer_units_reach_the_masking(tmp_dir, tmp_path):
   assert labelled > 0
   batch = next(iter(pipeline.train_dataset(with_units, cfg)))
   assert batch['masked_weights'].sum() > 0
+
+
+@pytest.mark.parametrize('num_workers', [2, 3])
+def test_worker_processes_give_the_same_batches(prepared, cfg, num_workers):
+  expected = _take(cfg, prepared, 5)
+  cfg = copy.deepcopy(cfg)
+  cfg.data.num_workers = num_workers
+  for a, b in zip(expected, _take(cfg, prepared, 5)):
+    _assert_batches_equal(a, b)
