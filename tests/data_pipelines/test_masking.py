@@ -40,6 +40,19 @@ def make_batch(batch_size, seq_len, seed=0, min_len=3, first_index=0,
   }
 
 
+def assert_row_invariants(out, ids, candidates, row):
+  """Positions ascending and unique, never specials or padding; labels are
+  the original ids; every other position is untouched."""
+  used = out['masked_weights'][row] > 0
+  positions = out['masked_positions'][row][used]
+  assert np.all(np.diff(positions) > 0)
+  assert np.all(candidates[row][positions])
+  assert np.array_equal(out['masked_ids'][row][used], ids[row][positions])
+  untouched = np.ones(ids.shape[1], bool)
+  untouched[positions] = False
+  assert np.array_equal(out['input_ids'][row][untouched], ids[row][untouched])
+
+
 @pytest.fixture(scope='module')
 def big():
   batch = make_batch(1300, 128, seed=1, min_len=120)
@@ -295,13 +308,7 @@ def test_invariants_hold_for_any_shape(batch_size, seq_len, max_predictions,
     positions = out['masked_positions'][row][used]
     assert used.sum() == min(budget[row], candidates[row].sum())
     assert used.sum() <= max_predictions
-    assert np.all(np.diff(positions) > 0)            # Ascending, unique.
-    assert np.all(candidates[row][positions])        # Never specials/pad.
-    assert np.array_equal(out['masked_ids'][row][used], ids[row][positions])
-    untouched = np.ones(seq_len, bool)
-    untouched[positions] = False
-    assert np.array_equal(out['input_ids'][row][untouched],
-                          ids[row][untouched])
+    assert_row_invariants(out, ids, candidates, row)
 
 
 # ---- Word-based strategies: whole_word, ngram, span.
@@ -735,13 +742,7 @@ def test_word_strategy_invariants(strategy, batch_size, seq_len, start_prob,
     assert used.sum() <= budget[row] <= max_predictions
     assert np.all(used[:used.sum()])                 # Used slots first.
     assert np.all(out['masked_positions'][row][~used] == 0)
-    assert np.all(np.diff(positions) > 0)            # Ascending, unique.
-    assert np.all(candidates[row][positions])        # Never specials/pad.
-    assert np.array_equal(out['masked_ids'][row][used], ids[row][positions])
-    untouched = np.ones(seq_len, bool)
-    untouched[positions] = False
-    assert np.array_equal(out['input_ids'][row][untouched],
-                          ids[row][untouched])
+    assert_row_invariants(out, ids, candidates, row)
     # Whole words only.
     w = words[row]
     chosen = np.unique(w[positions])
