@@ -178,10 +178,12 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   corpus_spec = corpus_lib.CorpusSpec.from_config(cfg.data.corpus)
   _say(f'tokenizer and pre-tokenized data under {cfg.data.data_dir} (built '
        'on first use, then reused)')
-  tokenizer = pretokenize.load_or_train_tokenizer(
-      cfg.data, corpus_spec, corpus_lib.fingerprint(corpus_spec))
+  corpus_fingerprint = corpus_lib.fingerprint(corpus_spec)
+  tokenizer = pretokenize.load_or_train_tokenizer(cfg.data, corpus_spec,
+                                                  corpus_fingerprint)
   check_tokenizer_matches(saved_meta, tokenizer, workdir)
-  prepared = pretokenize.prepare(cfg.data, tokenizer=tokenizer)
+  prepared = pretokenize.prepare(cfg.data, tokenizer=tokenizer,
+                                 corpus_fingerprint=corpus_fingerprint)
   vocab_size = tokenizer_lib.padded_vocab_size(tokenizer.vocab_size)
   train_iter = iter(pipeline.train_dataset(
       prepared, cfg, jax.process_index(), jax.process_count()))

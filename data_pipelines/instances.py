@@ -246,7 +246,7 @@ class InstanceBuilder:
 
   def _materialize_nsp(self, plan: Plan, k: int, data_epoch: int) -> dict:
     max_num_tokens = self.config.max_seq_length - 3
-    a_ids, a_ws = self._sentences(plan.start[k], plan.a_end[k])
+    a_ids, a_flags = self._sentences(plan.start[k], plan.a_end[k])
     is_random = bool(plan.is_random[k])
     counters = (self.seed, data_epoch, k)
     if is_random:
@@ -263,17 +263,17 @@ class InstanceBuilder:
       b_end = np.searchsorted(self._csum, self._csum[b_start] + target_b,
                               'left')
       b_end = int(np.clip(b_end, b_start + 1, offsets[r + 1]))
-      b_ids, b_ws = self._sentences(b_start, b_end)
+      b_ids, b_flags = self._sentences(b_start, b_end)
     else:
-      b_ids, b_ws = self._sentences(plan.a_end[k], plan.end[k])
+      b_ids, b_flags = self._sentences(plan.a_end[k], plan.end[k])
     remove_a, remove_b = truncation_counts(len(a_ids), len(b_ids),
                                            max_num_tokens)
-    a_ids, a_ws = _truncate(a_ids, a_ws, remove_a, counters, 0)
-    b_ids, b_ws = _truncate(b_ids, b_ws, remove_b, counters, 1)
+    a_ids, a_flags = _truncate(a_ids, a_flags, remove_a, counters, 0)
+    b_ids, b_flags = _truncate(b_ids, b_flags, remove_b, counters, 1)
     ids = np.concatenate([[CLS_ID], a_ids, [SEP_ID], b_ids, [SEP_ID]])
     types = np.concatenate([np.zeros(len(a_ids) + 2, np.int32),
                             np.ones(len(b_ids) + 1, np.int32)])
-    flags = np.concatenate([[1], a_ws, [1], b_ws, [1]]).astype(np.int8)
+    flags = np.concatenate([[1], a_flags, [1], b_flags, [1]]).astype(np.int8)
     return {'input_ids': ids.astype(np.int32), 'token_type_ids': types,
             'flags': flags, 'next_sentence_label': np.int32(is_random)}
 
@@ -281,22 +281,22 @@ class InstanceBuilder:
     max_num_tokens = self.config.max_seq_length - 2
     start, end = int(plan.start[k]), int(plan.end[k])
     offsets = self.index.document_offsets
-    ids, ws = [np.array([CLS_ID])], [np.array([1], np.int8)]
+    ids, flags = [np.array([CLS_ID])], [np.array([1], np.int8)]
     doc = int(plan.document[k])
     while start < end:
       piece_end = min(end, int(offsets[doc + 1]))
       if start == offsets[doc] and len(ids) > 1:
         ids.append(np.array([SEP_ID]))
-        ws.append(np.array([1], np.int8))
-      piece_ids, piece_ws = self._sentences(start, piece_end)
+        flags.append(np.array([1], np.int8))
+      piece_ids, piece_flags = self._sentences(start, piece_end)
       ids.append(piece_ids)
-      ws.append(piece_ws)
+      flags.append(piece_flags)
       start, doc = piece_end, doc + 1
     ids = np.concatenate(ids)[:max_num_tokens + 1]
-    ws = np.concatenate(ws)[:max_num_tokens + 1]
+    flags = np.concatenate(flags)[:max_num_tokens + 1]
     ids = np.append(ids, SEP_ID).astype(np.int32)
     return {'input_ids': ids, 'token_type_ids': np.zeros(len(ids), np.int32),
-            'flags': np.append(ws, 1).astype(np.int8),
+            'flags': np.append(flags, 1).astype(np.int8),
             'next_sentence_label': np.int32(0)}
 
 

@@ -47,6 +47,7 @@ split one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -119,6 +120,14 @@ class MaskingConfig:
         span_lower=m.span_lower, span_upper=m.span_upper,
         entity_mixture=tuple(m.entity_mixture),
         vocab_size=vocab_size, unigram_counts=unigram_counts)
+
+  @functools.cached_property
+  def unigram_cdf(self) -> np.ndarray:
+    """CDF of the non-special unigram distribution (built once, not per
+    batch)."""
+    counts = np.array(self.unigram_counts, np.float64)[:self.vocab_size]
+    counts[:NUM_SPECIAL] = 0
+    return np.cumsum(counts) / counts.sum()
 
   def validate(self) -> None:
     if self.strategy not in STRATEGIES:
@@ -229,11 +238,11 @@ def _words(candidates: np.ndarray, word_starts: np.ndarray) -> _Words:
       batch_size, width)
   first = np.zeros((batch_size, width), np.int64)
   start_rows, start_cols = np.nonzero(starts)
-  first[start_rows, index[start_rows, start_cols]] = start_cols
+  start_words = index[start_rows, start_cols]
+  first[start_rows, start_words] = start_cols
   cum = np.pad(np.cumsum(length, axis=1), ((0, 0), (1, 0)))
   new_run = np.zeros((batch_size, width), bool)
-  new_run[start_rows, index[start_rows, start_cols]] = ~previous[
-      start_rows, start_cols]
+  new_run[start_rows, start_words] = ~previous[start_rows, start_cols]
   w = np.arange(width)[None, :]
   new_run |= w >= count[:, None]
   following = np.where(new_run, w, width)
@@ -457,11 +466,7 @@ def _entity_word_starts(batch, candidates, config: MaskingConfig, seed,
 
 def _replacement_ids(config: MaskingConfig, u: np.ndarray) -> np.ndarray:
   if config.random_source == 'unigram':
-    counts = np.asarray(config.unigram_counts, np.float64)[:config.vocab_size]
-    counts = counts.copy()
-    counts[:NUM_SPECIAL] = 0
-    cdf = np.cumsum(counts) / counts.sum()
-    return _sample(cdf, u)
+    return _sample(config.unigram_cdf, u)
   span = config.vocab_size - NUM_SPECIAL
   return NUM_SPECIAL + np.minimum((u * span).astype(np.int64), span - 1)
 

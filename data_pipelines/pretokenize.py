@@ -243,7 +243,8 @@ def _build_index(source, vocab_size: int) -> DocumentIndex:
 
 
 def prepare(data_cfg, num_threads: int = 0,
-            tokenizer: tokenizer_lib.Tokenizer | None = None) -> PreparedData:
+            tokenizer: tokenizer_lib.Tokenizer | None = None,
+            corpus_fingerprint: str | None = None) -> PreparedData:
   """Tokenizer + pre-tokenized splits + indices, built once and cached.
 
   Args:
@@ -251,9 +252,11 @@ def prepare(data_cfg, num_threads: int = 0,
     num_threads: tokenization threads (0 = one per core).
     tokenizer: the result of ``load_or_train_tokenizer`` if the caller
       already has it (e.g. to check it before the expensive build).
+    corpus_fingerprint: ``corpus.fingerprint`` of the corpus if the caller
+      already computed it (it stats every file of a large corpus).
   """
   spec = corpus_lib.CorpusSpec.from_config(data_cfg.corpus)
-  corpus_fp = corpus_lib.fingerprint(spec)
+  corpus_fp = corpus_fingerprint or corpus_lib.fingerprint(spec)
   if tokenizer is None:
     tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
   gazetteer = None

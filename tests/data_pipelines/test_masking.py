@@ -305,7 +305,6 @@ def test_invariants_hold_for_any_shape(batch_size, seq_len, max_predictions,
                                   max_predictions)
   for row in range(batch_size):
     used = out['masked_weights'][row] > 0
-    positions = out['masked_positions'][row][used]
     assert used.sum() == min(budget[row], candidates[row].sum())
     assert used.sum() <= max_predictions
     assert_row_invariants(out, ids, candidates, row)
