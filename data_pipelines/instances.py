@@ -154,20 +154,20 @@ def _to_plan(columns) -> Plan:
                  for k, v in columns.items()})
 
 
-def truncation_counts(len_a: int, len_b: int, max_num_tokens: int
-                      ) -> tuple[int, int]:
+def truncation_counts(len_a, len_b, max_num_tokens: int):
   """Tokens BERT's ``truncate_seq_pair`` removes from A and from B.
 
   It removes one token at a time from the longer sequence (from B on a tie)
-  until the pair fits; the counts follow in closed form.
+  until the pair fits; the counts follow in closed form. Works elementwise
+  on arrays of lengths.
   """
-  excess = len_a + len_b - max_num_tokens
-  if excess <= 0:
-    return 0, 0
-  first = min(abs(len_a - len_b), excess)
-  remove_a, remove_b = (first, 0) if len_a > len_b else (0, first)
+  len_a, len_b = np.asarray(len_a, np.int64), np.asarray(len_b, np.int64)
+  excess = np.maximum(len_a + len_b - max_num_tokens, 0)
+  first = np.minimum(np.abs(len_a - len_b), excess)
   rest = excess - first
-  return remove_a + rest // 2, remove_b + (rest + 1) // 2
+  a_longer = len_a > len_b
+  return (np.where(a_longer, first, 0) + rest // 2,
+          np.where(a_longer, 0, first) + (rest + 1) // 2)
 
 
 class InstanceBuilder:
@@ -216,117 +216,245 @@ class InstanceBuilder:
           self._plans.popitem(last=False)
       return self._plans[data_epoch]
 
-  def _sentences(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids and flags of global sentences [start, end) of one doc.
+  def materialize_batch(self, plan: Plan, ks: np.ndarray,
+                        data_epoch: int) -> dict:
+    """Instances ``ks`` of ``plan``, padded to ``max_seq_length``.
 
-    Flags are int8: bit 0 the word start, bits 1+ the unit label (see
-    pretokenize: 0 none, 1/2 entity begin/inside, 3/4 phrase begin/inside).
+    Vectorized over the batch: the documents the instances need are read
+    once each, every instance is described as a few segments of those
+    documents (and of [CLS]/[SEP]), and one gather assembles the batch.
+
+    Returns:
+      ``input_ids``, ``token_type_ids``, ``attention_mask`` (int32 [n, L]),
+      ``word_starts`` (bool [n, L]; specials start a word, padding does not),
+      ``unit_labels`` (int8 [n, L]; 0 on specials and padding) and
+      ``next_sentence_label`` (int32 [n]).
     """
-    doc = int(np.searchsorted(self.index.document_offsets, start, 'right') - 1)
-    record = self.source[doc]
-    first_sentence = self.index.document_offsets[doc]
-    t0 = self._csum[start] - self._csum[first_sentence]
-    t1 = self._csum[end] - self._csum[first_sentence]
-    flags = record['word_starts'][t0:t1].astype(np.int8)
-    if 'unit_labels' in record:
-      flags |= record['unit_labels'][t0:t1].astype(np.int8) << 1
-    return record['token_ids'][t0:t1], flags
+    ks = np.asarray(ks, np.int64)
+    if self.config.layout == 'nsp':
+      segments, docs, labels = self._nsp_segments(plan, ks, data_epoch)
+    else:
+      segments, docs = self._packed_segments(plan, ks)
+      labels = np.zeros(len(ks), np.int32)
+    tokens = _DocumentTokens(self, docs)
+    batch = tokens.assemble(segments, len(ks), self.config.max_seq_length)
+    batch['next_sentence_label'] = labels
+    return batch
 
   def materialize(self, plan: Plan, k: int, data_epoch: int) -> dict:
-    """Instance ``k`` of ``plan``: unpadded token ids, types, word starts,
-    unit labels (specials start a word and have label 0)."""
-    if self.config.layout == 'nsp':
-      instance = self._materialize_nsp(plan, k, data_epoch)
-    else:
-      instance = self._materialize_packed(plan, k)
-    flags = instance.pop('flags')
-    instance['word_starts'] = (flags & 1).astype(bool)
-    instance['unit_labels'] = (flags >> 1).astype(np.int8)
+    """Instance ``k`` of ``plan``, unpadded (for inspection and tests)."""
+    batch = self.materialize_batch(plan, np.array([k]), data_epoch)
+    n = int(batch['attention_mask'][0].sum())
+    instance = {key: value[0, :n] for key, value in batch.items()
+                if key not in ('attention_mask', 'next_sentence_label')}
+    instance['next_sentence_label'] = batch['next_sentence_label'][0]
     return instance
 
-  def _materialize_nsp(self, plan: Plan, k: int, data_epoch: int) -> dict:
-    max_num_tokens = self.config.max_seq_length - 3
-    a_ids, a_flags = self._sentences(plan.start[k], plan.a_end[k])
-    is_random = bool(plan.is_random[k])
-    counters = (self.seed, data_epoch, k)
-    if is_random:
-      num_docs = self.index.num_documents
-      doc = plan.document[k]
-      r = int(counter_rng.randint(0, num_docs - 1, counters[0],
-                                  Stream.PAIRING, *counters[1:], 0))
-      r += r >= doc  # Uniform over the other documents.
-      offsets = self.index.document_offsets
-      b_start = int(counter_rng.randint(offsets[r], offsets[r + 1],
-                                        counters[0], Stream.PAIRING,
-                                        *counters[1:], 1))
-      target_b = plan.target_length[k] - len(a_ids)
-      b_end = np.searchsorted(self._csum, self._csum[b_start] + target_b,
-                              'left')
-      b_end = int(np.clip(b_end, b_start + 1, offsets[r + 1]))
-      b_ids, b_flags = self._sentences(b_start, b_end)
-    else:
-      b_ids, b_flags = self._sentences(plan.a_end[k], plan.end[k])
-    remove_a, remove_b = truncation_counts(len(a_ids), len(b_ids),
-                                           max_num_tokens)
-    a_ids, a_flags = _truncate(a_ids, a_flags, remove_a, counters, 0)
-    b_ids, b_flags = _truncate(b_ids, b_flags, remove_b, counters, 1)
-    ids = np.concatenate([[CLS_ID], a_ids, [SEP_ID], b_ids, [SEP_ID]])
-    types = np.concatenate([np.zeros(len(a_ids) + 2, np.int32),
-                            np.ones(len(b_ids) + 1, np.int32)])
-    flags = np.concatenate([[1], a_flags, [1], b_flags, [1]]).astype(np.int8)
-    return {'input_ids': ids.astype(np.int32), 'token_type_ids': types,
-            'flags': flags, 'next_sentence_label': np.int32(is_random)}
+  def _token_offset(self, sentence: np.ndarray, doc: np.ndarray
+                    ) -> np.ndarray:
+    """Offset of global sentence ``sentence`` in document ``doc``'s tokens."""
+    return self._csum[sentence] - self._csum[self.index.document_offsets[doc]]
 
-  def _materialize_packed(self, plan: Plan, k: int) -> dict:
-    max_num_tokens = self.config.max_seq_length - 2
-    start, end = int(plan.start[k]), int(plan.end[k])
-    offsets = self.index.document_offsets
-    ids, flags = [np.array([CLS_ID])], [np.array([1], np.int8)]
-    doc = int(plan.document[k])
-    while start < end:
-      piece_end = min(end, int(offsets[doc + 1]))
-      if start == offsets[doc] and len(ids) > 1:
-        ids.append(np.array([SEP_ID]))
-        flags.append(np.array([1], np.int8))
-      piece_ids, piece_flags = self._sentences(start, piece_end)
-      ids.append(piece_ids)
-      flags.append(piece_flags)
-      start, doc = piece_end, doc + 1
-    ids = np.concatenate(ids)[:max_num_tokens + 1]
-    flags = np.concatenate(flags)[:max_num_tokens + 1]
-    ids = np.append(ids, SEP_ID).astype(np.int32)
-    return {'input_ids': ids, 'token_type_ids': np.zeros(len(ids), np.int32),
-            'flags': np.append(flags, 1).astype(np.int8),
-            'next_sentence_label': np.int32(0)}
+  def _nsp_segments(self, plan: Plan, ks: np.ndarray, data_epoch: int):
+    """[CLS] A [SEP] B [SEP] per instance, after BERT's pair truncation."""
+    seed, offsets, csum = self.seed, self.index.document_offsets, self._csum
+    doc = plan.document[ks]
+    start, a_end = plan.start[ks], plan.a_end[ks]
+    len_a = csum[a_end] - csum[start]
+    is_random = plan.is_random[ks]
+    # A random B: another document, uniform; a uniform sentence in it; then
+    # sentences until A + B reaches the target length or the document ends.
+    r = counter_rng.randint(0, self.index.num_documents - 1, seed,
+                            Stream.PAIRING, data_epoch, ks, 0)
+    r += r >= doc
+    r_start = counter_rng.randint(offsets[r], offsets[r + 1], seed,
+                                  Stream.PAIRING, data_epoch, ks, 1)
+    target_b = plan.target_length[ks] - len_a
+    r_end = np.searchsorted(csum, csum[r_start] + target_b, 'left')
+    r_end = np.clip(r_end, r_start + 1, offsets[r + 1])
+    b_doc = np.where(is_random, r, doc)
+    b_start = np.where(is_random, r_start, a_end)
+    b_end = np.where(is_random, r_end, plan.end[ks])
+    len_b = csum[b_end] - csum[b_start]
+    remove_a, remove_b = truncation_counts(len_a, len_b,
+                                           self.config.max_seq_length - 3)
+    front_a = _front_removals(seed, data_epoch, ks, 0, remove_a)
+    front_b = _front_removals(seed, data_epoch, ks, 1, remove_b)
+    n = len(ks)
+    one = np.ones(n, np.int64)
+    segments = _Segments.from_rows(
+        doc=np.stack([-one, doc, -one, b_doc, -one], 1),
+        start=np.stack([_CLS + 0 * one,
+                        self._token_offset(start, doc) + front_a,
+                        _SEP + 0 * one,
+                        self._token_offset(b_start, b_doc) + front_b,
+                        _SEP + 0 * one], 1),
+        length=np.stack([one, len_a - remove_a, one, len_b - remove_b, one],
+                        1),
+        token_type=np.broadcast_to(np.array([0, 0, 0, 1, 1]), (n, 5)))
+    return (segments, np.concatenate([doc, b_doc]),
+            is_random.astype(np.int32))
+
+  def _packed_segments(self, plan: Plan, ks: np.ndarray):
+    """[CLS] doc [SEP] doc ... [SEP]: a piece of each document the instance
+    spans, a [SEP] before each piece but the first, cut to fit."""
+    offsets, csum = self.index.document_offsets, self._csum
+    start, end = plan.start[ks], plan.end[ks]
+    first_doc = plan.document[ks]
+    last_doc = np.searchsorted(offsets, end - 1, 'right') - 1
+    pieces = last_doc - first_doc + 1
+    row = np.repeat(np.arange(len(ks)), pieces)
+    nth = np.arange(len(row)) - np.repeat(_cumsum0(pieces)[:-1], pieces)
+    doc = first_doc[row] + nth
+    piece_start = np.maximum(start[row], offsets[doc])
+    piece_end = np.minimum(end[row], offsets[doc + 1])
+    # Per row: [CLS], then ([SEP] unless first, piece) per document.
+    seps = (nth > 0).astype(np.int64)
+    segments = _Segments.interleave(
+        row, len(ks),
+        first=(-1, _CLS, 1),
+        pairs=((-np.ones_like(doc), np.full_like(doc, _SEP), seps),
+               (doc, self._token_offset(piece_start, doc),
+                csum[piece_end] - csum[piece_start])))
+    # A sentence longer than the instance is cut; then the final [SEP].
+    segments = segments.truncate(self.config.max_seq_length - 1)
+    segments = segments.append_to_rows(-1, _SEP, len(ks))
+    return segments, doc
 
 
-def _truncate(ids, flags, remove, counters, which):
-  """Removes ``remove`` tokens, each from the front or back with p = 0.5."""
-  if not remove:
-    return ids, flags
-  coins = counter_rng.uniform(counters[0], Stream.TRUNCATION, *counters[1:],
-                              which, num=remove)
-  front = int((coins < 0.5).sum())
-  keep = slice(front, len(ids) - (remove - front))
-  return ids[keep], flags[keep]
+# Positions of [CLS] and [SEP] in the special-token buffer of
+# ``_DocumentTokens`` (document -1).
+_CLS, _SEP = 0, 1
 
 
-def pad_instance(instance: dict, max_seq_length: int) -> dict:
-  """Pads an instance to fixed shapes; adds ``attention_mask``."""
-  n = len(instance['input_ids'])
-  pad = max_seq_length - n
+@dataclasses.dataclass(frozen=True)
+class _Segments:
+  """Instances as runs of tokens, flat and in row order: row ``row[i]``
+  continues with ``length[i]`` tokens of document ``doc[i]`` (-1 = the
+  special tokens) from token ``start[i]``, of segment type
+  ``token_type[i]``."""
+  row: np.ndarray
+  doc: np.ndarray
+  start: np.ndarray
+  length: np.ndarray
+  token_type: np.ndarray
 
-  def padded(x, value):
-    return np.pad(x, (0, pad), constant_values=value)
+  @classmethod
+  def from_rows(cls, doc, start, length, token_type) -> '_Segments':
+    """From [n, S] arrays, S segments per row, to the flat layout."""
+    n, s = doc.shape
+    return cls(np.repeat(np.arange(n), s), doc.ravel(), start.ravel(),
+               length.ravel(), np.ravel(token_type))
 
-  return {
-      'input_ids': padded(instance['input_ids'], PAD_ID),
-      'token_type_ids': padded(instance['token_type_ids'], 0),
-      'attention_mask': padded(np.ones(n, np.int32), 0),
-      'word_starts': padded(instance['word_starts'], False),
-      'unit_labels': padded(instance['unit_labels'], 0),
-      'next_sentence_label': instance['next_sentence_label'],
-  }
+  @classmethod
+  def interleave(cls, row, num_rows, first, pairs) -> '_Segments':
+    """``first`` (a (doc, start, length) constant) opening each row, then
+    per item of ``row`` (sorted) the two segments of ``pairs``."""
+    (d0, s0, l0), (d1, s1, l1) = pairs
+    m = len(row)
+    rows = np.concatenate([np.arange(num_rows), row, row])
+    # Sort key: the row, then the opening segment, then items in order with
+    # each pair's first segment before its second.
+    rank = np.concatenate([np.zeros(num_rows, np.int64),
+                           1 + 2 * np.arange(m), 2 + 2 * np.arange(m)])
+    perm = np.lexsort((rank, rows))
+    cat = lambda a, b, c: np.concatenate([a, b, c]).astype(np.int64)[perm]
+    return cls(rows[perm],
+               cat(np.full(num_rows, first[0]), d0, d1),
+               cat(np.full(num_rows, first[1]), s0, s1),
+               cat(np.full(num_rows, first[2]), l0, l1),
+               np.zeros(len(rows), np.int64))
+
+  def truncate(self, max_tokens: int) -> '_Segments':
+    """Cuts every row after ``max_tokens`` tokens."""
+    end = np.cumsum(self.length)
+    row_begin = np.concatenate([[0], end])[_first_of_row(self.row)]
+    before = end - self.length - row_begin[self.row]
+    length = np.clip(max_tokens - before, 0, self.length)
+    return dataclasses.replace(self, length=length)
+
+  def append_to_rows(self, doc: int, start: int, num_rows: int
+                     ) -> '_Segments':
+    """Appends one token (a special) to the end of every row."""
+    rows = np.concatenate([self.row, np.arange(num_rows)])
+    perm = np.argsort(rows, kind='stable')
+    cat = lambda a, v: np.concatenate([a, np.full(num_rows, v)])[perm]
+    return _Segments(rows[perm], cat(self.doc, doc), cat(self.start, start),
+                     cat(self.length, 1), cat(self.token_type, 0))
+
+
+def _first_of_row(row: np.ndarray) -> np.ndarray:
+  """For sorted ``row`` ids 0..n-1 (each present): index of each row's
+  first item."""
+  return np.searchsorted(row, np.arange(row[-1] + 1 if len(row) else 0))
+
+
+class _DocumentTokens:
+  """The token ids and flags of a batch's documents, read once each.
+
+  Flags are int8: bit 0 the word start, bits 1+ the unit label (see
+  pretokenize: 0 none, 1/2 entity begin/inside, 3/4 phrase begin/inside).
+  Document -1 holds the specials [CLS] and [SEP] (a word start, label 0).
+  """
+
+  def __init__(self, builder: InstanceBuilder, docs: np.ndarray):
+    self.docs = np.unique(docs)
+    ids, flags = [np.array([CLS_ID, SEP_ID], np.int32)], [
+        np.ones(2, np.int8)]
+    for d in self.docs:
+      record = builder.source[int(d)]
+      ids.append(record['token_ids'])
+      f = record['word_starts'].astype(np.int8)
+      if 'unit_labels' in record:
+        f |= record['unit_labels'].astype(np.int8) << 1
+      flags.append(f)
+    self.base = _cumsum0([len(x) for x in ids])
+    self.ids = np.concatenate(ids)
+    self.flags = np.concatenate(flags)
+
+  def assemble(self, segments: _Segments, num_rows: int,
+               max_seq_length: int) -> dict:
+    """Concatenates each row's segments; pads to ``max_seq_length``."""
+    length = segments.length
+    slot = np.searchsorted(self.docs, segments.doc) + 1
+    slot[segments.doc < 0] = 0
+    src_start = self.base[slot] + segments.start
+    total = int(length.sum())
+    seg_of = np.repeat(np.arange(len(length)), length)
+    within = np.arange(total) - np.repeat(_cumsum0(length)[:-1], length)
+    end = np.cumsum(length)
+    row_begin = np.concatenate([[0], end])[_first_of_row(segments.row)]
+    col = (end - length - row_begin[segments.row])[seg_of] + within
+    row = segments.row[seg_of]
+    src = src_start[seg_of] + within
+    shape = (num_rows, max_seq_length)
+    input_ids = np.full(shape, PAD_ID, np.int32)
+    input_ids[row, col] = self.ids[src]
+    flags = np.zeros(shape, np.int8)
+    flags[row, col] = self.flags[src]
+    token_type_ids = np.zeros(shape, np.int32)
+    token_type_ids[row, col] = segments.token_type[seg_of]
+    attention_mask = np.zeros(shape, np.int32)
+    attention_mask[row, col] = 1
+    return {'input_ids': input_ids, 'token_type_ids': token_type_ids,
+            'attention_mask': attention_mask,
+            'word_starts': (flags & 1).astype(bool),
+            'unit_labels': (flags >> 1).astype(np.int8)}
+
+
+def _front_removals(seed, data_epoch, ks, which, remove) -> np.ndarray:
+  """How many of ``remove`` truncated tokens come off the front: each comes
+  off the front or the back with p = 0.5 (BERT's ``truncate_seq_pair``)."""
+  n = len(ks)
+  total = int(remove.sum())
+  if not total:
+    return np.zeros(n, np.int64)
+  row = np.repeat(np.arange(n), remove)
+  j = np.arange(total) - np.repeat(_cumsum0(remove)[:-1], remove)
+  coins = counter_rng.uniform(seed, Stream.TRUNCATION, data_epoch, ks[row],
+                              which, j)
+  return np.bincount(row, weights=coins < 0.5, minlength=n).astype(np.int64)
+
 
 
 class InstanceDataset(grain.MapDataset):
@@ -339,7 +467,8 @@ class InstanceDataset(grain.MapDataset):
 
   Each element is padded to ``max_seq_length`` and carries
   ``example_index`` (its position in the data epoch's plan) and
-  ``mask_epoch``, the counters that masking uses.
+  ``mask_epoch``, the counters that masking uses. ``get_batch`` builds many
+  elements at once, vectorized; ``InstanceBatches`` batches with it.
   """
 
   def __init__(self, builder: InstanceBuilder, seed: int, dupe_factor: int,
@@ -377,13 +506,17 @@ class InstanceDataset(grain.MapDataset):
       self._epoch_starts.append(self._epoch_starts[-1] + size)
     return self._epoch_starts[epoch]
 
-  def locate(self, i: int) -> tuple[int, int]:
-    """(epoch, position in the epoch) of element ``i``."""
+  def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(epoch, position in the epoch) of each element of ``indices``."""
+    indices = np.asarray(indices, np.int64)
     with self._lock:
-      epoch = 0
-      while self._epoch_start(epoch + 1) <= i:
+      last = int(indices.max(initial=0))
+      epoch = len(self._epoch_starts) - 2
+      while self._epoch_start(epoch + 1) <= last:
         epoch += 1
-      return epoch, i - self._epoch_starts[epoch]
+      starts = np.asarray(self._epoch_starts, np.int64)
+    epochs = np.searchsorted(starts, indices, 'right') - 1
+    return epochs, indices - starts[epochs]
 
   def epoch_size(self, epoch: int = 0) -> int:
     with self._lock:
@@ -403,21 +536,67 @@ class InstanceDataset(grain.MapDataset):
     with self._lock:
       return self._epoch_start(self._num_epochs)
 
+  def get_batch(self, indices: np.ndarray) -> dict:
+    """Elements ``indices``, stacked (see ``materialize_batch``)."""
+    epochs, positions = self.locate(indices)
+    parts, rows = [], []
+    for epoch in np.unique(epochs):  # Usually one; two at an epoch's end.
+      in_epoch = np.flatnonzero(epochs == epoch)
+      data_epoch = self.data_epoch(int(epoch))
+      plan = self._builder.plan(data_epoch)
+      ks = self._order(int(epoch), len(plan))[positions[in_epoch]]
+      part = self._builder.materialize_batch(plan, ks, data_epoch)
+      # Masks are keyed by (data epoch, position in its plan), so static
+      # masking repeats them when a data epoch comes round again.
+      part['example_index'] = ks.astype(np.int64)
+      part['mask_epoch'] = np.full(len(ks), data_epoch, np.int64)
+      parts.append(part)
+      rows.append(in_epoch)
+    if len(parts) == 1:
+      return parts[0]
+    order = np.argsort(np.concatenate(rows))
+    return {key: np.concatenate([p[key] for p in parts])[order]
+            for key in parts[0]}
+
   def __getitem__(self, index):
     if isinstance(index, slice):
       return self.slice(index)
-    epoch, j = self.locate(index)
-    data_epoch = self.data_epoch(epoch)
-    plan = self._builder.plan(data_epoch)
-    k = int(self._order(epoch, len(plan))[j])
-    instance = pad_instance(self._builder.materialize(plan, k, data_epoch),
-                            self._builder.config.max_seq_length)
-    # Masks are keyed by (data epoch, position in its plan), so static
-    # masking repeats them when a data epoch comes round again.
-    instance['example_index'] = np.int64(k)
-    instance['mask_epoch'] = np.int64(data_epoch)
-    return instance
+    return {key: value[0]
+            for key, value in self.get_batch(np.array([index])).items()}
 
   def __str__(self) -> str:
     return (f'InstanceDataset(layout={self._builder.config.layout}, '
             f'dynamic={self._dynamic}, dupe_factor={self._dupe_factor})')
+
+
+class InstanceBatches(grain.MapDataset):
+  """One host's batches of an ``InstanceDataset``, built vectorized.
+
+  Host ``p`` of ``P`` takes elements ``p, p + P, ...``: its batch ``b`` is
+  elements ``b * G + p + P * j`` for ``j < G / P``, with ``G`` the global
+  batch size, so the hosts' batches ``b`` together are elements
+  ``[b * G, (b + 1) * G)`` whatever ``P`` is.
+  """
+
+  def __init__(self, instances: InstanceDataset, batch_size: int,
+               process_index: int = 0, process_count: int = 1,
+               num_batches: int | None = None):
+    """``batch_size`` is this host's; ``num_batches`` None = all."""
+    super().__init__(instances)
+    self._instances = instances
+    self._global = batch_size * process_count
+    self._rows = process_index + process_count * np.arange(batch_size)
+    self._num_batches = num_batches
+
+  def __len__(self) -> int:
+    if self._num_batches is not None:
+      return self._num_batches
+    return len(self._instances) // self._global
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    return self._instances.get_batch(index * self._global + self._rows)
+
+  def __str__(self) -> str:
+    return f'InstanceBatches({self._instances}, batch={self._global})'

@@ -1,10 +1,10 @@
 """The Grain input pipeline: instances -> masking -> fixed-shape batches.
 
   InstanceDataset (random access, endless, shuffled per epoch)
-    [process_index::process_count]   each host reads only its share
-    .batch(per-host batch)           fixed shapes [B, L]
-    .map(mask)                       vectorized masking of the whole batch
-    .to_iter_dataset(ReadOptions)    threads + prefetch; checkpointable
+  InstanceBatches                  this host's share, built a batch at a
+                                   time (vectorized), fixed shapes [B, L]
+    .map(mask)                     vectorized masking of the whole batch
+    .to_iter_dataset(ReadOptions)  threads + prefetch; checkpointable
 
 Host ``p`` of ``P`` takes elements ``p, p + P, ...``, so the union of the
 hosts' batch ``b`` is elements ``[b * B, (b + 1) * B)`` of the global stream
@@ -83,10 +83,10 @@ def train_dataset(prepared: pretokenize.PreparedData, cfg,
                   process_index: int = 0, process_count: int = 1
                   ) -> grain.IterDataset:
   """The endless training stream of this host's masked batches."""
-  ds = _instances(prepared, cfg, 'train')
-  ds = ds[process_index::process_count]
-  ds = ds.batch(local_batch_size(cfg.batch_size, process_count),
-                drop_remainder=True)
+  ds = instances_lib.InstanceBatches(
+      _instances(prepared, cfg, 'train'),
+      local_batch_size(cfg.batch_size, process_count), process_index,
+      process_count)
   ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
   ds = ds.to_iter_dataset(grain.ReadOptions(
       num_threads=cfg.data.num_threads,
@@ -118,8 +118,9 @@ def eval_batches(prepared: pretokenize.PreparedData, cfg,
     raise pretokenize.DataError(
         f'the eval split has {len(ds)} instances, fewer than one batch of '
         f'{batch}; raise data.eval_fraction or lower batch_size.')
-  ds = ds[:num_batches * batch][process_index::process_count]
-  ds = ds.batch(local_batch_size(batch, process_count), drop_remainder=True)
+  ds = instances_lib.InstanceBatches(
+      ds, local_batch_size(batch, process_count), process_index,
+      process_count, num_batches)
   ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
   return [ds[i] for i in range(len(ds))]
 

@@ -393,21 +393,31 @@ def test_full_sentences_plan_is_the_same_every_epoch(corpus):
 # pad_instance and InstanceDataset.
 
 
-def test_pad_instance(corpus):
-  builder = nsp_builder(corpus)
+@pytest.mark.parametrize('layout', ['nsp', 'full_sentences'])
+def test_materialize_batch_pads_the_instances(corpus, layout):
+  builder = nsp_builder(corpus) if layout == 'nsp' else packed_builder(corpus)
   plan = builder.plan(0)
-  raw = builder.materialize(plan, 0, 0)
-  n = len(raw['input_ids'])
-  padded = instances.pad_instance(raw, MAX_SEQ_LENGTH)
+  ks = np.array([3, 0, len(plan) - 1, 3, 17])
+  batch = builder.materialize_batch(plan, ks, 0)
   for key in ('input_ids', 'token_type_ids', 'attention_mask',
-              'word_starts'):
-    assert padded[key].shape == (MAX_SEQ_LENGTH,)
-  np.testing.assert_array_equal(padded['input_ids'][:n], raw['input_ids'])
-  np.testing.assert_array_equal(padded['input_ids'][n:], PAD_ID)
-  np.testing.assert_array_equal(padded['attention_mask'],
-                                np.arange(MAX_SEQ_LENGTH) < n)
-  np.testing.assert_array_equal(padded['token_type_ids'][n:], 0)
-  assert not padded['word_starts'][n:].any()
+              'word_starts', 'unit_labels'):
+    assert batch[key].shape == (len(ks), MAX_SEQ_LENGTH)
+  for row, k in enumerate(ks):
+    raw = builder.materialize(plan, k, 0)
+    n = len(raw['input_ids'])
+    np.testing.assert_array_equal(batch['attention_mask'][row],
+                                  np.arange(MAX_SEQ_LENGTH) < n)
+    for key in ('input_ids', 'token_type_ids', 'word_starts', 'unit_labels'):
+      np.testing.assert_array_equal(batch[key][row, :n], raw[key])
+    np.testing.assert_array_equal(batch['input_ids'][row, n:], PAD_ID)
+    np.testing.assert_array_equal(batch['token_type_ids'][row, n:], 0)
+    assert not batch['word_starts'][row, n:].any()
+    assert batch['next_sentence_label'][row] == raw['next_sentence_label']
+  # Specials start a word; rows 0 and 3 are the same instance.
+  specials = np.isin(batch['input_ids'], [CLS_ID, SEP_ID])
+  assert batch['word_starts'][specials].all()
+  for key, value in batch.items():
+    np.testing.assert_array_equal(value[0], value[3])
 
 
 @pytest.fixture(scope='module')
@@ -461,8 +471,8 @@ def test_epochs_are_shuffled_permutations(small_corpus):
   assert ds.epoch_size(0) == ds.epoch_size(1) == len(plan)
   e0, e1 = _epoch(ds, 0), _epoch(ds, 1)
   expected = sorted(
-      _key(instances.pad_instance(ds._builder.materialize(plan, k, 0),  # pylint: disable=protected-access
-                                  MAX_SEQ_LENGTH))
+      ds._builder.materialize_batch(plan, np.array([k]), 0)[  # pylint: disable=protected-access
+          'input_ids'][0].tobytes()
       for k in range(len(plan)))
   assert sorted(map(_key, e0)) == expected
   assert sorted(map(_key, e1)) == expected
@@ -529,3 +539,33 @@ def test_grain_slicing(small_corpus):
     x, y = sliced[j], ds[1 + 2 * j]
     for key in x:
       np.testing.assert_array_equal(x[key], y[key])
+
+
+def test_get_batch_across_an_epoch_boundary(small_corpus):
+  ds = _dataset(small_corpus, dynamic=True)
+  boundary = ds.epoch_size(0)
+  indices = np.arange(boundary - 3, boundary + 3)[::-1]
+  batch = ds.get_batch(indices)
+  assert list(batch['mask_epoch']) == [1, 1, 1, 0, 0, 0]
+  for row, i in enumerate(indices):
+    element = ds[int(i)]
+    for key in element:
+      np.testing.assert_array_equal(batch[key][row], element[key])
+
+
+@pytest.mark.parametrize('process_count', [1, 2, 4])
+def test_instance_batches_split_the_global_batch(small_corpus,
+                                                 process_count):
+  ds = _dataset(small_corpus)
+  global_batch = 8
+  for b in (0, 5):
+    hosts = [instances.InstanceBatches(ds, global_batch // process_count, p,
+                                       process_count)[b]
+             for p in range(process_count)]
+    rows = {int(i): (p, r) for p, host in enumerate(hosts)
+            for r, i in enumerate(range(p, global_batch, process_count))}
+    for j in range(global_batch):
+      p, r = rows[j]
+      element = ds[b * global_batch + j]
+      for key in element:
+        np.testing.assert_array_equal(hosts[p][key][r], element[key])

@@ -129,6 +129,22 @@ def test_prepare(prepared, cfg):
     np.testing.assert_array_equal(index.unigram_counts, counts)
 
 
+def test_document_source_decodes_like_tfds(prepared):
+  # The fast reader must return exactly what TFDS's own decoder returns.
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  reader = tfds.builder_from_directory(prepared.directory)
+  for split, source in (('train', prepared.train_source),
+                        ('eval', prepared.eval_source)):
+    reference = reader.as_data_source(split=split)
+    assert len(source) == len(reference)
+    for i in range(len(source)):
+      ours, theirs = source[i], reference[i]
+      assert ours.keys() == theirs.keys()
+      for key in ours:
+        assert ours[key].dtype == theirs[key].dtype, key
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+
+
 def test_pretokenized_text_decodes_to_the_corpus(prepared, cfg):
   corpus_text = set()
   for name in os.listdir(cfg.data.corpus.path):
