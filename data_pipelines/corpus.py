@@ -4,6 +4,12 @@ Every reader yields documents, each a list of sentences (``list[str]``), in a
 deterministic order. Document boundaries are kept: next-sentence prediction
 draws its negatives from other documents, and packing marks the boundaries.
 
+Documents read from JSON Lines (``text_format='jsonl'``) may carry
+annotations: character or token spans that mark entities and phrases (the
+units of ERNIE-style masking) or the user's own word segmentation (the units
+of whole-word masking, e.g. for Chinese). They arrive as ``Document.spans``,
+per sentence, in the offsets of the cleaned sentence text.
+
 Readers are cheap to validate (``validate``) before anything expensive runs,
 so a missing or empty corpus fails before a tokenizer is trained or a
 directory is written.
@@ -16,15 +22,36 @@ import dataclasses
 import glob
 import hashlib
 import inspect
+import itertools
+import json
 import os
 import re
 import sysconfig
 from typing import Iterator, Sequence
 
-Document = list[str]
+import numpy as np
 
 SOURCES = ('embedded', 'files', 'tfds')
-TEXT_FORMATS = ('sentence_per_line', 'paragraphs')
+TEXT_FORMATS = ('sentence_per_line', 'paragraphs', 'jsonl')
+# Annotation kinds: units for entity/phrase masking, and words.
+SPAN_KINDS = ('entity', 'phrase', 'word')
+# JSON Lines records checked by ``validate`` before any expensive work.
+_VALIDATED_JSONL_LINES = 10_000
+
+
+class Document(list):
+  """A document: a list of sentences, optionally with annotations.
+
+  Attributes:
+    spans: None (no annotations), or one list per sentence of
+      ``(start, end, kind)``: character offsets into that sentence (end
+      exclusive), ``kind`` one of ``SPAN_KINDS``, sorted by start.
+  """
+
+  def __init__(self, sentences: Sequence[str] = (),
+               spans: list[list[tuple[int, int, str]]] | None = None):
+    super().__init__(sentences)
+    self.spans = spans
 
 # A sentence ends at . ! or ? (optionally followed by closing quotes or
 # brackets) when whitespace and an upper-case letter, digit or opening quote
@@ -89,9 +116,12 @@ def clean_text(text: str) -> str:
 def split_sentences(paragraph: str) -> list[str]:
   """Splits a paragraph of prose into sentences with a rule-based splitter."""
   paragraph = clean_text(paragraph)
-  if not paragraph:
-    return []
-  sentences, start = [], 0
+  return [paragraph[a:b] for a, b in _sentence_bounds(paragraph)]
+
+
+def _sentence_bounds(paragraph: str) -> list[tuple[int, int]]:
+  """[start, end) of each sentence of a cleaned paragraph."""
+  bounds, start = [], 0
   for match in _SENTENCE_END.finditer(paragraph):
     end = match.end(1)
     last_word = paragraph[start:end].rsplit(' ', 1)[-1].rstrip('.!?"\')]')
@@ -99,10 +129,28 @@ def split_sentences(paragraph: str) -> list[str]:
       continue
     if len(last_word) == 1 and last_word.isalpha():  # An initial: "J. Smith".
       continue
-    sentences.append(paragraph[start:end].strip())
+    bounds.append((start, end))
     start = match.end()
-  sentences.append(paragraph[start:].strip())
-  return [s for s in sentences if s]
+  bounds.append((start, len(paragraph)))
+  return [(a, b) for a, b in bounds if a < b]
+
+
+def _clean_with_map(text: str) -> tuple[str, np.ndarray]:
+  """``clean_text(text)`` and, per character of it, its offset in ``text``.
+
+  A space that replaced a run of whitespace maps to the run's first
+  character, so the map is increasing and ``searchsorted`` converts offsets.
+  """
+  words = [m.span() for m in re.finditer(r'\S+', _CONTROL.sub(' ', text))]
+  if not words:
+    return '', np.zeros(0, np.int64)
+  pieces = []
+  for i, (a, b) in enumerate(words):
+    if i:
+      pieces.append([words[i - 1][1]])
+    pieces.append(np.arange(a, b))
+  cleaned = ' '.join(_CONTROL.sub(' ', text)[a:b] for a, b in words)
+  return cleaned, np.concatenate(pieces).astype(np.int64)
 
 
 def _paragraphs_to_document(paragraphs: Sequence[str]) -> Document:
@@ -132,6 +180,9 @@ def _read_text(file: str) -> str:
 def read_text_files(path: str, text_format: str) -> Iterator[Document]:
   """Documents from text files (see ``CorpusSpec`` for the two formats)."""
   for file in _expand_files(path):
+    if text_format == 'jsonl':
+      yield from read_jsonl(file)
+      continue
     text = _read_text(file)
     if text_format == 'sentence_per_line':
       document: Document = []
@@ -149,6 +200,139 @@ def read_text_files(path: str, text_format: str) -> Iterator[Document]:
       document = _paragraphs_to_document(paragraphs)
       if document:
         yield document
+
+
+# ---------------------------------------------------------------------------
+# (a') JSON Lines with annotations.
+#
+# One document per line: {"text": "..."} (split into sentences like the
+# 'paragraphs' format) or {"sentences": ["...", ...]}, optionally with
+#   "spans":       [[start, end, kind], ...]  character offsets into "text"
+#                  (or into the sentences joined by "\n"), end exclusive;
+#   "token_spans": [[first, end, kind], ...]  indices of whitespace-separated
+#                  tokens of that text, end exclusive;
+# kind is "entity" or "phrase" (masking units) or "word" (the user's word
+# segmentation, which overrides the tokenizer's word starts). Other keys are
+# ignored.
+
+
+def _jsonl_error(where: str, message: str) -> CorpusError:
+  return CorpusError(
+      f'{where}: {message}. Each line must be a JSON object with "text" (a '
+      'string) or "sentences" (a list of strings), and optionally "spans" '
+      '(character offsets) or "token_spans" (whitespace-token indices): '
+      f'lists of [start, end, kind] with kind in {SPAN_KINDS}.')
+
+
+def _record_spans(record: dict, text: str, where: str
+                  ) -> list[tuple[int, int, str]]:
+  """The record's spans as character offsets into ``text``, sorted."""
+  spans = []
+  tokens = None
+  for key in ('spans', 'token_spans'):
+    for span in record.get(key) or ():
+      if (not isinstance(span, (list, tuple)) or len(span) != 3 or
+          not all(isinstance(x, int) and not isinstance(x, bool)
+                  for x in span[:2]) or span[2] not in SPAN_KINDS):
+        raise _jsonl_error(where, f'{key} entry {span!r} is not '
+                           '[start, end, kind]')
+      start, end, kind = span
+      if key == 'token_spans':
+        if tokens is None:
+          tokens = [m.span() for m in re.finditer(r'\S+', text)]
+        if not 0 <= start < end <= len(tokens):
+          raise _jsonl_error(where, f'token span {span!r} is outside the '
+                             f'{len(tokens)} whitespace tokens')
+        start, end = tokens[start][0], tokens[end - 1][1]
+      elif not 0 <= start < end <= len(text):
+        raise _jsonl_error(where, f'span {span!r} is outside the text of '
+                           f'{len(text)} characters')
+      spans.append((start, end, kind))
+  spans.sort(key=lambda x: (x[0], -x[1]))
+  words = [x for x in spans if x[2] == 'word']
+  for a, b in zip(words, words[1:]):
+    if b[0] < a[1]:
+      raise _jsonl_error(where, f'word spans {a!r} and {b!r} overlap; a '
+                         'segmentation has one word per character')
+  return spans
+
+
+def _sentence_ranges(record: dict, text: str,
+                     spans: list[tuple[int, int, str]],
+                     where: str) -> list[tuple[int, int]]:
+  """[start, end) of each sentence in ``text``."""
+  if 'sentences' in record:
+    ranges, start = [], 0
+    for sentence in record['sentences']:
+      ranges.append((start, start + len(sentence)))
+      start += len(sentence) + 1
+    for a, b, kind in spans:
+      if not any(s <= a and b <= e for s, e in ranges):
+        raise _jsonl_error(where, f'span {(a, b, kind)!r} crosses a sentence '
+                           'boundary; spans must lie within one sentence')
+    return ranges
+  # Free text: paragraphs at blank lines, then the rule-based splitter; a
+  # sentence boundary inside a span is dropped (the sentences are merged).
+  ranges = []
+  paragraph_starts = [0] + [m.end() for m in re.finditer(r'\n\s*\n', text)]
+  paragraph_ends = [m.start() for m in re.finditer(r'\n\s*\n', text)]
+  for p0, p1 in zip(paragraph_starts, paragraph_ends + [len(text)]):
+    cleaned, offsets = _clean_with_map(text[p0:p1])
+    for a, b in _sentence_bounds(cleaned):
+      start, end = p0 + int(offsets[a]), p0 + int(offsets[b - 1]) + 1
+      if ranges and any(s < ranges[-1][1] and e > start
+                        for s, e, _ in spans):
+        start = ranges.pop()[0]
+      ranges.append((start, end))
+  return ranges
+
+
+def _jsonl_document(record, where: str) -> Document:
+  """One annotated document from a parsed JSON Lines record."""
+  if not isinstance(record, dict):
+    raise _jsonl_error(where, f'found a JSON {type(record).__name__}')
+  if ('text' in record) == ('sentences' in record):
+    raise _jsonl_error(where, 'give exactly one of "text" and "sentences"')
+  if 'sentences' in record:
+    if (not isinstance(record['sentences'], list) or
+        not all(isinstance(x, str) for x in record['sentences'])):
+      raise _jsonl_error(where, '"sentences" is not a list of strings')
+    text = '\n'.join(record['sentences'])
+  elif isinstance(record['text'], str):
+    text = record['text']
+  else:
+    raise _jsonl_error(where, '"text" is not a string')
+  spans = _record_spans(record, text, where)
+  sentences, sentence_spans = [], []
+  for start, end in _sentence_ranges(record, text, spans, where):
+    cleaned, offsets = _clean_with_map(text[start:end])
+    if not cleaned:
+      continue
+    inside = []
+    for a, b, kind in spans:
+      if start <= a and b <= end:
+        a = int(np.searchsorted(offsets, a - start, 'left'))
+        b = int(np.searchsorted(offsets, b - start, 'left'))
+        if a < b:
+          inside.append((a, b, kind))
+    sentences.append(cleaned)
+    sentence_spans.append(inside)
+  return Document(sentences, sentence_spans)
+
+
+def read_jsonl(file: str) -> Iterator[Document]:
+  """Annotated documents from one JSON Lines file (format above)."""
+  for number, line in enumerate(_read_text(file).splitlines(), 1):
+    if not line.strip():
+      continue
+    where = f'{file}:{number}'
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise _jsonl_error(where, f'not JSON ({e})') from e
+    document = _jsonl_document(record, where)
+    if document:
+      yield document
 
 
 # ---------------------------------------------------------------------------
@@ -305,7 +489,14 @@ def validate(spec: CorpusSpec) -> None:
     if not files:
       raise CorpusError(f'corpus.path={spec.path!r} matches no files. Check '
                         'the path, or quote the glob so the shell leaves it.')
-    if not any(clean_text(_read_text(f)) for f in files[:1000]):
+    if spec.text_format == 'jsonl':
+      # Parses (and so checks) the first records before any expensive work.
+      documents = itertools.islice(read_text_files(spec.path, 'jsonl'),
+                                   _VALIDATED_JSONL_LINES)
+      has_text = sum(1 for _ in documents) > 0
+    else:
+      has_text = any(clean_text(_read_text(f)) for f in files[:1000])
+    if not has_text:
       raise CorpusError(f'corpus.path={spec.path!r}: the {len(files)} files '
                         'found hold no text.')
   elif spec.source == 'tfds':

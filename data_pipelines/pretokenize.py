@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from data_pipelines import annotations
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import counter_rng
 from data_pipelines import gazetteer as gazetteer_lib
@@ -184,27 +185,48 @@ def _tokenize_documents(documents: Iterable[list[str]],
                         num_threads: int,
                         gazetteer: gazetteer_lib.Gazetteer | None = None
                         ) -> Iterator[tuple[int, dict]]:
-  """Yields (document index, record); SentencePiece encodes in parallel."""
+  """Yields (document index, record); SentencePiece encodes in parallel.
+
+  Annotated documents (``corpus.Document.spans``) take their word starts
+  and, if they mark any entity/phrase, their unit labels from the spans
+  (annotations.py); the others take word starts from the tokenizer and
+  units from the gazetteer, if any.
+  """
   def flush(batch, first_index):
-    sentences = [s for doc in batch for s in doc]
-    encoded = iter(tokenizer.encode(sentences, num_threads=num_threads))
-    for i, doc in enumerate(batch):
-      pieces = [next(encoded) for _ in doc]
-      pieces = [p for p in pieces if len(p)]  # Sentences with no tokens.
-      if not pieces:
+    spans = [getattr(doc, 'spans', None) for doc in batch]
+    plain = iter(tokenizer.encode(
+        [s for doc, sp in zip(batch, spans) if sp is None for s in doc],
+        num_threads=num_threads))
+    annotated = iter(tokenizer.encode_with_offsets(
+        [s for doc, sp in zip(batch, spans) if sp is not None for s in doc],
+        num_threads=num_threads))
+    for i, (doc, doc_spans) in enumerate(zip(batch, spans)):
+      sentences = []  # (ids, word starts, unit labels), non-empty only.
+      for j in range(len(doc)):
+        if doc_spans is None:
+          ids = next(plain)
+          word_starts, labels = tokenizer.word_starts(ids), None
+        else:
+          ids, ends = next(annotated)
+          word_starts, labels = annotations.token_labels(
+              ends, doc_spans[j], tokenizer.word_starts(ids))
+        if len(ids):
+          sentences.append((ids, word_starts, labels))
+      if not sentences:
         continue
-      token_ids = np.concatenate(pieces).astype(np.int32)
-      word_starts = tokenizer.word_starts(token_ids)
-      if gazetteer is None:
-        unit_labels = np.zeros(len(token_ids), np.int8)
-      else:  # Per sentence: a unit never spans two sentences.
+      ids, word_starts, labels = zip(*sentences)
+      if doc_spans is not None and annotations.has_units(doc_spans):
+        unit_labels = np.concatenate(labels)
+      elif gazetteer is not None:  # Per sentence: units stay in sentences.
         unit_labels = np.concatenate([
-            gazetteer.label(p, tokenizer.word_starts(p)) for p in pieces])
+            gazetteer.label(x, w) for x, w in zip(ids, word_starts)])
+      else:
+        unit_labels = np.zeros(sum(map(len, ids)), np.int8)
       yield first_index + i, {
-          'token_ids': token_ids,
-          'sentence_lengths': np.array([len(p) for p in pieces], np.int32),
-          'word_starts': word_starts,
-          'unit_labels': unit_labels,
+          'token_ids': np.concatenate(ids).astype(np.int32),
+          'sentence_lengths': np.array([len(x) for x in ids], np.int32),
+          'word_starts': np.concatenate(word_starts),
+          'unit_labels': unit_labels.astype(np.int8),
       }
 
   batch, first = [], 0

@@ -80,6 +80,32 @@ class Tokenizer:
                           num_threads=num_threads)
     return [np.asarray(x, dtype=np.int32) for x in ids]
 
+  def encode_with_offsets(self, sentences: Sequence[str],
+                          num_threads: int = -1
+                          ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Token ids and, per token, the character offset it ends before.
+
+    A piece's text may start with the space that precedes its word, so a
+    token is placed by its last character: ``ends[i] - 1`` lies inside the
+    token's own text. A piece of whitespace alone (a bare "▁" before an
+    unknown character, say) is placed with the token after it. Offsets count
+    characters of the sentence (not bytes).
+    """
+    out = []
+    for sentence, proto in zip(sentences, self._sp.encode(
+        list(sentences), return_type='proto', num_threads=num_threads)):
+      ids = np.array([p.id for p in proto.pieces], np.int32)
+      byte_ends = np.array([p.end for p in proto.pieces], np.int64)
+      if not sentence.isascii():  # Bytes -> characters.
+        char_bytes = np.array([len(c.encode()) for c in sentence], np.int64)
+        byte_ends = np.searchsorted(np.cumsum(char_bytes), byte_ends) + 1
+      ends = byte_ends
+      for i in range(len(ends) - 2, -1, -1):
+        if sentence[ends[i] - 1].isspace():
+          ends[i] = ends[i + 1]
+      out.append((ids, ends))
+    return out
+
   def decode(self, ids: Iterable[int]) -> str:
     return self._sp.decode([int(i) for i in ids])
 

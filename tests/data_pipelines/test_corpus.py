@@ -1,8 +1,11 @@
 """Tests for data_pipelines.corpus: readers, sentence splitting, validation."""
 
 import itertools
+import json
 import os
 
+import hypothesis
+from hypothesis import strategies as st
 import pytest
 import tensorflow_datasets as tfds
 
@@ -131,7 +134,7 @@ def test_paragraphs_file_is_one_document(tmp_path):
       ['Another file.', 'Another document.']]
 
 
-@pytest.mark.parametrize('text_format', corpus.TEXT_FORMATS)
+@pytest.mark.parametrize('text_format', ['sentence_per_line', 'paragraphs'])
 def test_invalid_utf8_and_control_characters(tmp_path, text_format):
   _write(tmp_path / 'bad.txt',
          b'Good start.\nBad \xff\xfe bytes \xc3 here.\n'
@@ -226,9 +229,10 @@ def test_validate_bad_source():
 def test_validate_bad_text_format(tmp_path):
   _write(tmp_path / 'a.txt', 'Hello.\n')
   message = _error(CorpusSpec(source='files', path=str(tmp_path),
-                              text_format='jsonl'))
-  assert "'jsonl'" in message
-  assert 'sentence_per_line' in message
+                              text_format='csv'))
+  assert "'csv'" in message
+  for text_format in corpus.TEXT_FORMATS:
+    assert text_format in message
 
 
 def test_validate_negative_max_documents():
@@ -378,3 +382,116 @@ def test_tfds_missing_split(tfds_dir):
                               tfds_split='validation',
                               tfds_data_dir=tfds_dir))
   assert "'validation'" in message
+
+
+# ---------------------------------------------------------------------------
+# JSON Lines with annotations.
+
+
+def _jsonl(tmp_path, *records, name='docs.jsonl'):
+  lines = [r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)
+           for r in records]
+  return _write(tmp_path / name, '\n'.join(lines) + '\n')
+
+
+def _read_jsonl(tmp_path, *records):
+  _jsonl(tmp_path, *records)
+  return list(corpus.read_text_files(str(tmp_path), 'jsonl'))
+
+
+def _marked(document):
+  """Per sentence, the (text, kind) of each span."""
+  return [[(sentence[a:b], kind) for a, b, kind in spans]
+          for sentence, spans in zip(document, document.spans)]
+
+
+def test_jsonl_text_with_character_and_token_spans(tmp_path):
+  text = ('Barack  Obama was born in Hawaii. He was the U.S. president.'
+          '\n\nNew paragraph here.')
+  [doc] = _read_jsonl(tmp_path, {
+      'id': 7,  # Other keys are ignored.
+      'text': text,
+      'spans': [[text.index('Barack'), text.index(' was'), 'entity'],
+                [text.index('Hawaii'), text.index('. He'), 'entity']],
+      'token_spans': [[7, 10, 'phrase']]})
+  assert list(doc) == ['Barack Obama was born in Hawaii.',
+                       'He was the U.S. president.', 'New paragraph here.']
+  assert _marked(doc) == [[('Barack Obama', 'entity'), ('Hawaii', 'entity')],
+                          [('was the U.S.', 'phrase')], []]
+
+
+def test_jsonl_sentences_with_word_segmentation(tmp_path):
+  [doc] = _read_jsonl(tmp_path, {
+      'sentences': ['我喜欢北京', '  two   words ', ''],
+      'spans': [[0, 1, 'word'], [1, 3, 'word'], [3, 5, 'entity'],
+                [8, 19, 'word']]})
+  assert list(doc) == ['我喜欢北京', 'two words']
+  assert _marked(doc) == [[('我', 'word'), ('喜欢', 'word'), ('北京', 'entity')],
+                          [('two words', 'word')]]
+
+
+def test_jsonl_unannotated_documents_have_empty_spans(tmp_path):
+  docs = _read_jsonl(tmp_path, {'text': 'One. Two.'}, '', {'sentences': ['A']})
+  assert [list(d) for d in docs] == [['One.', 'Two.'], ['A']]
+  assert [d.spans for d in docs] == [[[], []], [[]]]
+
+
+def test_jsonl_sentence_boundary_inside_a_span_is_dropped(tmp_path):
+  text = 'He met the Acme Corp. Board today. Then left.'
+  [doc] = _read_jsonl(tmp_path, {
+      'text': text,
+      'spans': [[text.index('Acme'), text.index(' today'), 'entity']]})
+  assert list(doc) == ['He met the Acme Corp. Board today.', 'Then left.']
+  assert _marked(doc)[0] == [('Acme Corp. Board', 'entity')]
+  # Without the span, the splitter cuts after "Corp.".
+  [plain] = _read_jsonl(tmp_path, {'text': text})
+  assert len(plain) == 3
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    words=st.lists(st.text('abcXY.é北', min_size=1, max_size=6), min_size=1,
+                   max_size=30),
+    gaps=st.lists(st.sampled_from([' ', '  ', '\t', ' \n ', '\x07 ']),
+                  min_size=30, max_size=30),
+    picks=st.lists(st.tuples(st.integers(0, 29), st.integers(1, 4)),
+                   max_size=5))
+def test_jsonl_spans_follow_their_text_through_cleaning(words, gaps, picks):
+  # A span over whole words keeps its text, cleaned like the sentence.
+  text, bounds = '', []
+  for word, gap in zip(words, gaps):
+    bounds.append((len(text), len(text) + len(word)))
+    text += word + gap
+  spans = []
+  for first, count in picks:
+    first = first % len(words)
+    last = min(first + count, len(words)) - 1
+    spans.append([bounds[first][0], bounds[last][1], 'entity'])
+  doc = corpus._jsonl_document(  # pylint: disable=protected-access
+      {'sentences': [text], 'spans': spans}, 'test')
+  assert list(doc) == [corpus.clean_text(text)]
+  got = sorted(doc[0][a:b] for a, b, _ in doc.spans[0])
+  assert got == sorted(corpus.clean_text(text[a:b]) for a, b, _ in spans)
+
+
+@pytest.mark.parametrize('line, complaint', [
+    ('{"text": "x"', 'not JSON'),
+    ('[1, 2]', 'JSON list'),
+    ('{"text": "x", "sentences": ["x"]}', 'exactly one'),
+    ('{"sentences": "x"}', 'not a list of strings'),
+    ('{"text": 3}', 'not a string'),
+    ('{"text": "abc", "spans": [[0, 9, "entity"]]}', 'outside the text'),
+    ('{"text": "abc", "spans": [[0, 2, "person"]]}', 'is not [start, end'),
+    ('{"text": "a b", "token_spans": [[1, 3, "entity"]]}', 'outside the 2'),
+    ('{"text": "abc", "spans": [[0, 2, "word"], [1, 3, "word"]]}',
+     'overlap'),
+    ('{"sentences": ["ab", "cd"], "spans": [[1, 4, "entity"]]}',
+     'crosses a sentence boundary'),
+])
+def test_jsonl_errors_name_the_line(tmp_path, line, complaint):
+  _jsonl(tmp_path, {'text': 'A fine first line.'}, '', line)
+  spec = CorpusSpec(source='files', path=str(tmp_path), text_format='jsonl')
+  message = _error(spec)   # validate() reads the records up front.
+  assert 'docs.jsonl:3' in message
+  assert complaint in message
+  assert '"text"' in message and 'kind' in message  # Says what to write.
