@@ -48,6 +48,31 @@ def default_data_dir() -> str:
                                      'bertjax'))
 
 
+def corpus_config(**overrides) -> ml_collections.ConfigDict:
+  """A corpus section (``data.corpus`` or a ``data.mixture`` component).
+
+  Args:
+    **overrides: field values to set, e.g. ``source='files', path=...``.
+
+  Returns:
+    The section with every field of ``corpus.CorpusSpec``.
+  """
+  c = ml_collections.ConfigDict()
+  c.source = 'embedded'               # embedded | files | tfds
+  c.path = ''
+  c.text_format = 'sentence_per_line'
+  c.tfds_name = ''
+  c.tfds_split = 'train'
+  c.tfds_data_dir = ''
+  c.max_documents = 0
+  for key, value in overrides.items():
+    if key not in c:
+      raise ValueError(f'corpus_config: unknown field {key!r}; use one of '
+                       f'{sorted(c)}.')
+    c[key] = value
+  return c
+
+
 def base_config() -> ml_collections.ConfigDict:
   """All fields, with BERT-base phase-1 defaults (google-research/bert)."""
   c = ml_collections.ConfigDict()
@@ -76,14 +101,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.objective.nsp_weight = 1.0    # 0 disables NSP (e.g. full_sentences).
 
   c.data = ml_collections.ConfigDict()
-  c.data.corpus = ml_collections.ConfigDict()
-  c.data.corpus.source = 'embedded'   # embedded | files | tfds
-  c.data.corpus.path = ''
-  c.data.corpus.text_format = 'sentence_per_line'
-  c.data.corpus.tfds_name = ''
-  c.data.corpus.tfds_split = 'train'
-  c.data.corpus.tfds_data_dir = ''
-  c.data.corpus.max_documents = 0
+  c.data.corpus = corpus_config()
+  # Several corpora (languages, domains) sampled with probabilities
+  # proportional to (training tokens)^mixture_exponent: named components,
+  # each a ``corpus_config()`` section, taken in sorted name order. Empty =
+  # no mixture. When a mixture is set, ``data.corpus`` is ignored.
+  c.data.mixture = ml_collections.ConfigDict()
+  c.data.mixture_exponent = 0.7       # 1 natural shares, 0 uniform; 0.7 is
+                                      # multilingual BERT's.
   c.data.tokenizer = ml_collections.ConfigDict()
   c.data.tokenizer.model_path = ''    # '' = train one on the corpus.
   c.data.tokenizer.vocab_size = 30522
@@ -200,6 +225,31 @@ def _check(condition: bool, message: str, errors: list[str]) -> None:
     errors.append(message)
 
 
+def _check_corpus(prefix: str, corpus, errors: list[str]) -> None:
+  """The checks of one corpus section that need no file or dataset."""
+  fields = sorted(corpus_config())
+  if not isinstance(corpus, ml_collections.ConfigDict):
+    errors.append(f'{prefix} is a {type(corpus).__name__}; it must be a '
+                  'corpus section: build it with config_lib.corpus_config().')
+    return
+  if sorted(corpus) != fields:
+    errors.append(f'{prefix} has the fields {sorted(corpus)}; a corpus '
+                  f'section has {fields}: build it with '
+                  'config_lib.corpus_config().')
+    return
+  _check(corpus.source in corpus_lib.SOURCES,
+         f'{prefix}.source={corpus.source!r}; use one of '
+         f'{corpus_lib.SOURCES}.', errors)
+  _check(corpus.max_documents >= 0, f'{prefix}.max_documents='
+         f'{corpus.max_documents} must be >= 0 (0 = all).', errors)
+  if corpus.source == 'files':
+    _check(corpus.text_format in corpus_lib.TEXT_FORMATS,
+           f'{prefix}.text_format={corpus.text_format!r}; use one of '
+           f'{corpus_lib.TEXT_FORMATS}.', errors)
+    _check(bool(corpus.path), f'{prefix}.source="files" needs {prefix}.path:'
+           ' a directory, a file or a glob of text files.', errors)
+
+
 def validate(cfg) -> None:
   """Raises ValueError listing every problem found in ``cfg``."""
   errors: list[str] = []
@@ -263,9 +313,19 @@ def validate(cfg) -> None:
          'masking.strategy="entity" needs entity/phrase units: set '
          'data.gazetteer_path to a gazetteer file (one entity or phrase per '
          'line).', errors)
-  _check(d.corpus.source in corpus_lib.SOURCES,
-         f'data.corpus.source={d.corpus.source!r}; use one of '
-         f'{corpus_lib.SOURCES}.', errors)
+  mixture = d.get('mixture') or {}
+  if mixture:
+    _check(len(mixture) >= 2, f'data.mixture has one component '
+           f'({", ".join(mixture)}); a mixture needs at least 2. Add '
+           'another, or leave data.mixture empty and set data.corpus.',
+           errors)
+    for name in sorted(mixture):
+      _check_corpus(f'data.mixture.{name}', mixture[name], errors)
+  else:
+    _check_corpus('data.corpus', d.corpus, errors)
+  exponent = d.get('mixture_exponent', 1.0)
+  _check(0 <= exponent <= 1, f'data.mixture_exponent={exponent} must be in '
+         '[0, 1] (1 = natural shares, 0 = uniform).', errors)
   try:
     masking_lib.MaskingConfig.from_config(cfg.masking).validate()
   except ValueError as e:

@@ -35,6 +35,7 @@ from bertjax import sharding
 from bertjax.models import bert as bert_lib
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import masking as masking_lib
+from data_pipelines import mixture as mixture_lib
 from data_pipelines import pipeline
 from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
@@ -51,8 +52,11 @@ _WORKDIR = flags.DEFINE_string(
 _MODEL_KEY, _DROPOUT_KEY = 1, 2
 # Config sections a resumed run must share with the run that wrote the
 # checkpoints: anything else (steps, logging, eval) may change on resume.
+# With a mixture, its components and exponent replace data.corpus (which the
+# mixture ignores), see run_identity.
 _RUN_IDENTITY = ('seed', 'model', 'data.corpus', 'data.tokenizer',
                  'data.max_seq_length')
+_MIXTURE_IDENTITY = ('data.mixture', 'data.mixture_exponent')
 _RUN_META = 'run_meta.json'
 
 
@@ -75,7 +79,11 @@ def _section(cfg, dotted: str):
 
 
 def run_identity(cfg) -> dict:
-  return {name: _section(cfg, name) for name in _RUN_IDENTITY}
+  names = list(_RUN_IDENTITY)
+  if mixture_lib.is_mixture(cfg.data):
+    names.remove('data.corpus')
+    names.extend(_MIXTURE_IDENTITY)
+  return {name: _section(cfg, name) for name in names}
 
 
 def check_resume_compatible(workdir: str, cfg) -> dict | None:
@@ -86,12 +94,15 @@ def check_resume_compatible(workdir: str, cfg) -> dict | None:
   with open(path) as f:
     saved = json.load(f)
   mine = json.loads(json.dumps(run_identity(cfg)))
-  changed = sorted(k for k in mine if saved['identity'].get(k) != mine[k])
+  theirs = saved['identity']
+  # Over both key sets: a mixture run and a single-corpus run differ in them.
+  changed = sorted(k for k in set(mine) | set(theirs)
+                   if theirs.get(k) != mine.get(k))
   if changed:
     raise ResumeError(
         f'workdir {workdir!r} holds a run whose {", ".join(changed)} differ '
-        f'from this config (saved: {[saved["identity"].get(k) for k in changed]}'
-        f', now: {[mine[k] for k in changed]}). Its checkpoints cannot '
+        f'from this config (saved: {[theirs.get(k) for k in changed]}'
+        f', now: {[mine.get(k) for k in changed]}). Its checkpoints cannot '
         'continue with these settings: use a new --workdir, or restore the '
         'original settings.')
   return saved
@@ -137,7 +148,7 @@ def _memory_report(compiled) -> str:
 
 
 def most_frequent_token(unigram_counts: np.ndarray) -> int:
-  """The most frequent non-special token of the training split."""
+  """The most frequent non-special token of the training split(s)."""
   counts = unigram_counts.copy()
   counts[:tokenizer_lib.NUM_SPECIAL] = -1
   return int(np.argmax(counts))
@@ -160,7 +171,11 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   """
   # ---- Checks that read no data and write nothing.
   config_lib.validate(cfg)
-  corpus_lib.validate(corpus_lib.CorpusSpec.from_config(cfg.data.corpus))
+  is_mixture = mixture_lib.is_mixture(cfg.data)
+  if is_mixture:  # Every component, before any of them is built.
+    mixture_lib.validate(cfg.data)
+  else:
+    corpus_lib.validate(corpus_lib.CorpusSpec.from_config(cfg.data.corpus))
   if cfg.init_from and checkpoint_lib.latest_step(
       os.path.join(cfg.init_from, 'checkpoints')) is None:
     raise ResumeError(f'init_from={cfg.init_from!r} has no checkpoint.')
@@ -175,15 +190,23 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
        f'({jax.devices()[0].device_kind})')
 
   # ---- Input pipeline (the tokenizer is checked before the data is built).
-  corpus_spec = corpus_lib.CorpusSpec.from_config(cfg.data.corpus)
   _say(f'tokenizer and pre-tokenized data under {cfg.data.data_dir} (built '
        'on first use, then reused)')
-  corpus_fingerprint = corpus_lib.fingerprint(corpus_spec)
-  tokenizer = pretokenize.load_or_train_tokenizer(cfg.data, corpus_spec,
-                                                  corpus_fingerprint)
-  check_tokenizer_matches(saved_meta, tokenizer, workdir)
-  prepared = pretokenize.prepare(cfg.data, tokenizer=tokenizer,
-                                 corpus_fingerprint=corpus_fingerprint)
+  if is_mixture:  # One tokenizer for all components; each built alone.
+    fingerprints = mixture_lib.fingerprints(cfg.data)
+    tokenizer = mixture_lib.load_or_train_tokenizer(cfg.data, fingerprints)
+    check_tokenizer_matches(saved_meta, tokenizer, workdir)
+    prepared = mixture_lib.prepare(cfg.data, tokenizer=tokenizer,
+                                   corpus_fingerprints=fingerprints)
+    _say(f'corpus mixture:\n{prepared.summary()}')
+  else:
+    corpus_spec = corpus_lib.CorpusSpec.from_config(cfg.data.corpus)
+    corpus_fingerprint = corpus_lib.fingerprint(corpus_spec)
+    tokenizer = pretokenize.load_or_train_tokenizer(cfg.data, corpus_spec,
+                                                    corpus_fingerprint)
+    check_tokenizer_matches(saved_meta, tokenizer, workdir)
+    prepared = pretokenize.prepare(cfg.data, tokenizer=tokenizer,
+                                   corpus_fingerprint=corpus_fingerprint)
   vocab_size = tokenizer_lib.padded_vocab_size(tokenizer.vocab_size)
   train_iter = iter(pipeline.train_dataset(
       prepared, cfg, jax.process_index(), jax.process_count()))
@@ -332,7 +355,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
 
     # ---- Final evaluation against the most-frequent-token baseline.
     final = evaluate(state.params)
-    token = most_frequent_token(prepared.train_index.unigram_counts)
+    token = most_frequent_token(pipeline.train_unigram_counts(prepared))
     final['baseline_mlm_accuracy'] = baseline_accuracy(eval_batches, token)
     writer.message(
         f'final held-out MLM accuracy {final["eval_mlm_accuracy"]:.4f}; '

@@ -36,6 +36,7 @@ class Stream(enum.IntEnum):
   MASK_UNIT_LENGTH = 10
   MASK_UNIT_START = 11
   MASK_LEVEL = 12
+  MIXTURE = 13
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

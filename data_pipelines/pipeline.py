@@ -1,6 +1,7 @@
 """The Grain input pipeline: instances -> masking -> fixed-shape batches.
 
-  InstanceDataset (random access, endless, shuffled per epoch)
+  InstanceDataset (random access, endless, shuffled per epoch), or for a
+  corpus mixture MixedInstances over one per component (mixture.py)
   InstanceBatches                  this host's share, built a batch at a
                                    time (vectorized), fixed shapes [B, L]
     .map(mask)                     vectorized masking of the whole batch
@@ -22,6 +23,7 @@ import numpy as np
 
 from data_pipelines import instances as instances_lib
 from data_pipelines import masking as masking_lib
+from data_pipelines import mixture as mixture_lib
 from data_pipelines import pretokenize
 
 # What the model sees; the rest stays on the host.
@@ -29,6 +31,9 @@ MODEL_FEATURES = ('input_ids', 'token_type_ids', 'attention_mask',
                   'masked_positions', 'masked_ids', 'masked_weights',
                   'next_sentence_labels')
 STATISTICS = 'masking_statistics'
+
+# What ``pretokenize.prepare`` or ``mixture.prepare`` returns.
+Prepared = pretokenize.PreparedData | mixture_lib.MixturePrepared
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +59,17 @@ def instance_config(cfg) -> instances_lib.InstanceConfig:
       short_seq_prob=cfg.data.short_seq_prob)
 
 
-def masking_config(cfg, prepared: pretokenize.PreparedData
-                   ) -> masking_lib.MaskingConfig:
+def train_unigram_counts(prepared: Prepared) -> np.ndarray:
+  """int64 [vocab_size]: token counts of the training split(s)."""
+  if isinstance(prepared, mixture_lib.MixturePrepared):
+    return prepared.train_unigram_counts
+  return prepared.train_index.unigram_counts
+
+
+def masking_config(cfg, prepared: Prepared) -> masking_lib.MaskingConfig:
   return masking_lib.MaskingConfig.from_config(
       cfg.masking, prepared.tokenizer.vocab_size,
-      prepared.train_index.unigram_counts)
+      train_unigram_counts(prepared))
 
 
 def _instances(prepared: pretokenize.PreparedData, cfg, split: str,
@@ -72,6 +83,22 @@ def _instances(prepared: pretokenize.PreparedData, cfg, split: str,
       dynamic=cfg.masking.dynamic, **kwargs)
 
 
+def split_instances(prepared: Prepared, cfg, split: str,
+                    num_epochs: int | None = None):
+  """The instances of ``split`` ('train' or 'eval').
+
+  For one corpus, its ``InstanceDataset`` (``num_epochs`` of it; None =
+  endless). For a mixture, the ``MixedInstances`` of the components'
+  endless datasets of that split, whatever ``num_epochs``: a mixture has no
+  epochs.
+  """
+  if isinstance(prepared, mixture_lib.MixturePrepared):
+    return mixture_lib.MixedInstances(
+        [_instances(p, cfg, split) for p in prepared.components],
+        prepared.probabilities, cfg.seed)
+  return _instances(prepared, cfg, split, num_epochs=num_epochs)
+
+
 def local_batch_size(global_batch_size: int, process_count: int) -> int:
   if global_batch_size % process_count:
     raise ValueError(f'batch_size={global_batch_size} must be divisible by '
@@ -79,12 +106,11 @@ def local_batch_size(global_batch_size: int, process_count: int) -> int:
   return global_batch_size // process_count
 
 
-def train_dataset(prepared: pretokenize.PreparedData, cfg,
-                  process_index: int = 0, process_count: int = 1
-                  ) -> grain.IterDataset:
+def train_dataset(prepared: Prepared, cfg, process_index: int = 0,
+                  process_count: int = 1) -> grain.IterDataset:
   """The endless training stream of this host's masked batches."""
   ds = instances_lib.InstanceBatches(
-      _instances(prepared, cfg, 'train'),
+      split_instances(prepared, cfg, 'train'),
       local_batch_size(cfg.batch_size, process_count), process_index,
       process_count)
   ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
@@ -104,14 +130,15 @@ def train_dataset(prepared: pretokenize.PreparedData, cfg,
   return ds
 
 
-def eval_batches(prepared: pretokenize.PreparedData, cfg,
-                 process_index: int = 0, process_count: int = 1
-                 ) -> list[dict]:
+def eval_batches(prepared: Prepared, cfg, process_index: int = 0,
+                 process_count: int = 1) -> list[dict]:
   """The fixed held-out batches: epoch 0 of the eval split, masked once.
 
   At most ``eval.num_batches`` global batches; fewer when the split is small.
+  For a mixture: the first ``eval.num_batches`` global batches of the
+  mixture of the components' (endless) eval splits.
   """
-  ds = _instances(prepared, cfg, 'eval', num_epochs=1)
+  ds = split_instances(prepared, cfg, 'eval', num_epochs=1)
   batch = cfg.batch_size
   num_batches = min(cfg.eval.num_batches, len(ds) // batch)
   if num_batches == 0:

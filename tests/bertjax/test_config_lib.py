@@ -131,3 +131,83 @@ def test_ernie_preset(tmp_path, stage, mixture):
   (tmp_path / 'g.txt').write_text('new york\n')
   c.data.gazetteer_path = str(tmp_path / 'g.txt')
   config_lib.validate(c)
+
+
+# ---- Corpus mixtures.
+
+
+def _mixture_config(**components):
+  c = config_lib.base_config()
+  for name, corpus in components.items():
+    c.data.mixture[name] = corpus
+  return c
+
+
+def test_base_config_has_no_mixture():
+  c = config_lib.base_config()
+  assert not c.data.mixture
+  assert c.data.mixture_exponent == 0.7
+  assert c.data.corpus.to_dict() == config_lib.corpus_config().to_dict()
+
+
+def test_corpus_config_overrides_and_rejects_unknown_fields():
+  c = config_lib.corpus_config(source='files', path='/x')
+  assert (c.source, c.path, c.text_format) == ('files', '/x',
+                                               'sentence_per_line')
+  with pytest.raises(ValueError, match="unknown field 'pth'"):
+    config_lib.corpus_config(pth='/x')
+
+
+def test_valid_mixture():
+  c = _mixture_config(a=config_lib.corpus_config(),
+                      b=config_lib.corpus_config(max_documents=10))
+  config_lib.validate(c)
+  c.data.corpus.source = 'web'   # Ignored when a mixture is set.
+  config_lib.validate(c)
+
+
+@pytest.mark.parametrize('change, message', [
+    (lambda c: setattr(c.data, 'mixture_exponent', -0.1),
+     r'data.mixture_exponent=-0.1 must be in \[0, 1\]'),
+    (lambda c: setattr(c.data, 'mixture_exponent', 1.5),
+     r'data.mixture_exponent=1.5 must be in \[0, 1\]'),
+    (lambda c: c.data.mixture.__delitem__('b'),
+     r'data.mixture has one component \(a\); a mixture needs at least 2'),
+    (lambda c: setattr(c.data.mixture.b, 'source', 'web'),
+     "data.mixture.b.source='web'; use one of"),
+    (lambda c: setattr(c.data.mixture.b, 'source', 'files'),
+     'data.mixture.b.source="files" needs data.mixture.b.path'),
+    (lambda c: setattr(c.data.mixture.a, 'max_documents', -1),
+     'data.mixture.a.max_documents=-1 must be >= 0'),
+    (lambda c: c.data.mixture.b.__delitem__('tfds_name'),
+     r'data.mixture.b has the fields .*corpus_config\(\)'),
+])
+def test_mixture_validation_names_the_field(change, message):
+  c = _mixture_config(a=config_lib.corpus_config(),
+                      b=config_lib.corpus_config())
+  change(c)
+  with pytest.raises(ValueError, match=message):
+    config_lib.validate(c)
+
+
+def test_mixture_errors_are_collected():
+  c = _mixture_config(a=config_lib.corpus_config(source='web'),
+                      b=config_lib.corpus_config(source='ftp'))
+  c.data.mixture_exponent = 2.0
+  with pytest.raises(ValueError) as e:
+    config_lib.validate(c)
+  for text in ('data.mixture.a.source', 'data.mixture.b.source',
+               'data.mixture_exponent'):
+    assert text in str(e.value)
+
+
+@pytest.mark.parametrize('arg', [None, 'size=base'])
+def test_mixture_preset_needs_the_files_path(tmp_path, arg):
+  c = _load('mixture').get_config(arg)
+  assert sorted(c.data.mixture) == ['embedded', 'files']
+  assert c.data.mixture_exponent == 0.7
+  with pytest.raises(ValueError, match='data.mixture.files.path'):
+    config_lib.validate(c)
+  (tmp_path / 'text.txt').write_text('One sentence.\n')
+  c.data.mixture.files.path = str(tmp_path / 'text.txt')
+  config_lib.validate(c)
