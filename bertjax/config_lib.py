@@ -309,11 +309,15 @@ def validate(cfg) -> None:
            f'{tok.model_path!r} does not exist.', errors)
   _check(not d.gazetteer_path or os.path.isfile(d.gazetteer_path),
          f'data.gazetteer_path={d.gazetteer_path!r} does not exist.', errors)
-  _check(k.strategy != 'entity' or bool(d.gazetteer_path),
+  mixture = d.get('mixture') or {}
+  corpora = list(mixture.values()) if mixture else [d.corpus]
+  annotated = any(c.get('source') == 'files' and c.get('text_format') ==
+                  'jsonl' for c in corpora)
+  _check(k.strategy != 'entity' or bool(d.gazetteer_path) or annotated,
          'masking.strategy="entity" needs entity/phrase units: set '
          'data.gazetteer_path to a gazetteer file (one entity or phrase per '
-         'line).', errors)
-  mixture = d.get('mixture') or {}
+         'line), or use a JSON Lines corpus with "spans" '
+         '(data.corpus.text_format="jsonl").', errors)
   if mixture:
     _check(len(mixture) >= 2, f'data.mixture has one component '
            f'({", ".join(mixture)}); a mixture needs at least 2. Add '

@@ -4,10 +4,12 @@ Sun et al. 2019, "ERNIE: Enhanced Representation through Knowledge
 Integration", Sec. 3.2 and PaddlePaddle/ERNIE: masking in three levels,
 basic (word), phrase and entity, where a whole phrase or entity is one unit
 and 15% of the tokens are predicted; the paper trains the levels in stages.
-Entity and phrase boundaries come from a gazetteer file (one entity per
-line, or ``phrase<TAB>...``), matched on word boundaries while
-pre-tokenizing (data_pipelines/gazetteer.py). The model, data and optimizer
-are BERT's (bert.py).
+Entity and phrase boundaries come from spans stored with the data (a JSON
+Lines corpus, ``"spans": [[start, end, "entity"], ...]``, e.g. from an NER
+tagger and a chunker, as the paper used; data_pipelines/corpus.py) or from
+a gazetteer file (one entity per line, or ``phrase<TAB>...``), matched on
+word boundaries while pre-tokenizing (data_pipelines/gazetteer.py). The
+model, data and optimizer are BERT's (bert.py).
 
 ``arg``: ``size`` and ``stage``: ``word``, ``phrase``, ``entity`` (one
 level, as the paper's stages, run one after another with
@@ -18,9 +20,14 @@ level, as the paper's stages, run one after another with
       --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'
 
+  # Or with the units annotated in the data:
+  python -m bertjax.train --config=experiments/configs/ernie.py:stage=mixed \
+      --workdir=$WORK/ernie-base --config.data.corpus.source=files \
+      --config.data.corpus.text_format=jsonl \
+      --config.data.corpus.path='/data/annotated/*.jsonl'
+
 Departures: ERNIE 1.0 trained on Chinese with dialogue data and a DLM task;
-here only the masking is reproduced. Units come from a gazetteer rather than
-a trained NER and chunker.
+here only the masking is reproduced.
 """
 
 from bertjax import config_lib

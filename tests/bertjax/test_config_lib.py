@@ -131,6 +131,11 @@ def test_ernie_preset(tmp_path, stage, mixture):
   (tmp_path / 'g.txt').write_text('new york\n')
   c.data.gazetteer_path = str(tmp_path / 'g.txt')
   config_lib.validate(c)
+  # Or the units come with an annotated JSON Lines corpus.
+  c.data.gazetteer_path = ''
+  c.data.corpus.source, c.data.corpus.path = 'files', str(tmp_path)
+  c.data.corpus.text_format = 'jsonl'
+  config_lib.validate(c)
 
 
 # ---- Corpus mixtures.
