@@ -181,6 +181,27 @@ def parse_arg(arg: str | None, **defaults) -> dict:
   return values
 
 
+def demo_config() -> ml_collections.ConfigDict:
+  """A tiny BERT sized for a CPU (experiments/configs/demo.py says why)."""
+  c = base_config()
+  c.model.size = 'tiny'
+  c.model.max_position_embeddings = 128
+  c.data.tokenizer.vocab_size = 2000
+  c.data.eval_fraction = 0.03
+  c.data.max_seq_length = 128
+  c.data.num_threads = 2
+  c.masking.dynamic = True
+  c.batch_size = 32
+  c.total_steps = 1200
+  c.optimizer.learning_rate = 1e-3
+  c.optimizer.warmup_steps = 100
+  c.log_every_steps = 50
+  c.eval_every_steps = 300
+  c.checkpoint_every_steps = 300
+  c.eval.num_batches = 8
+  return c
+
+
 def bert_paper_config(size: str = 'base', phase: int = 1
                       ) -> ml_collections.ConfigDict:
   """google-research/bert's pretraining settings (see configs/bert.py)."""

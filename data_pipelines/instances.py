@@ -170,8 +170,28 @@ def truncation_counts(len_a, len_b, max_num_tokens: int):
           np.where(a_longer, 0, first) + (rest + 1) // 2)
 
 
-class InstanceBuilder:
+class TransientAttributes:
+  """Attributes that are not pickled but rebuilt, fresh, after unpickling.
+
+  Grain's worker processes receive the pipeline by pickling; locks and
+  caches stay behind and are rebuilt there. ``_TRANSIENT`` maps each such
+  attribute to the factory that rebuilds it.
+  """
+  _TRANSIENT: dict = {}
+
+  def __getstate__(self):
+    return {k: v for k, v in self.__dict__.items()
+            if k not in self._TRANSIENT}
+
+  def __setstate__(self, state):
+    self.__dict__.update(state)
+    for name, factory in self._TRANSIENT.items():
+      setattr(self, name, factory())
+
+
+class InstanceBuilder(TransientAttributes):
   """Plans and materializes the instances of one split."""
+  _TRANSIENT = {'_lock': threading.Lock, '_plans': collections.OrderedDict}
 
   def __init__(self, source, index: pretokenize.DocumentIndex,
                config: InstanceConfig, seed: int):
@@ -187,18 +207,6 @@ class InstanceBuilder:
     self._csum = _cumsum0(index.sentence_lengths)
     self._plans: collections.OrderedDict[int, Plan] = (
         collections.OrderedDict())
-    self._lock = threading.Lock()
-
-  def __getstate__(self):
-    # Grain's worker processes receive the pipeline by pickling; locks and
-    # cached plans stay behind and are rebuilt there.
-    state = dict(self.__dict__)
-    state['_lock'] = None
-    state['_plans'] = collections.OrderedDict()
-    return state
-
-  def __setstate__(self, state):
-    self.__dict__.update(state)
     self._lock = threading.Lock()
 
   def plan(self, data_epoch: int) -> Plan:
@@ -457,7 +465,7 @@ def _front_removals(seed, data_epoch, ks, which, remove) -> np.ndarray:
 
 
 
-class InstanceDataset(grain.MapDataset):
+class InstanceDataset(TransientAttributes, grain.MapDataset):
   """Instance ``i`` of an endless stream of shuffled epochs.
 
   Element ``i`` is a pure function of ``i`` and the seed: its epoch and
@@ -471,6 +479,8 @@ class InstanceDataset(grain.MapDataset):
   elements at once, vectorized; ``InstanceBatches`` batches with it.
   """
 
+  _TRANSIENT = {'_lock': threading.Lock}
+
   def __init__(self, builder: InstanceBuilder, seed: int, dupe_factor: int,
                dynamic: bool, num_epochs: int | None = None,
                shuffle: bool = True):
@@ -483,15 +493,6 @@ class InstanceDataset(grain.MapDataset):
     self._shuffle = shuffle
     self._epoch_starts = [0]
     self._orders: dict[int, np.ndarray] = {}
-    self._lock = threading.Lock()
-
-  def __getstate__(self):
-    state = dict(self.__dict__)
-    state['_lock'] = None
-    return state
-
-  def __setstate__(self, state):
-    self.__dict__.update(state)
     self._lock = threading.Lock()
 
   def data_epoch(self, epoch: int) -> int:

@@ -41,6 +41,7 @@ import grain
 import numpy as np
 
 from data_pipelines import corpus as corpus_lib
+from data_pipelines import instances as instances_lib
 from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
 from data_pipelines.counter_rng import Stream
@@ -284,7 +285,7 @@ def prepare(data_cfg, num_threads: int = 0,
 # The mixed element stream.
 
 
-class MixedInstances(grain.MapDataset):
+class MixedInstances(instances_lib.TransientAttributes, grain.MapDataset):
   """Element ``i`` of the mixture of the components' endless streams.
 
   The interface the pipeline uses from ``instances.InstanceDataset``:
@@ -295,6 +296,9 @@ class MixedInstances(grain.MapDataset):
   components repeat; a component-``c`` element's ``mask_epoch`` becomes
   ``mask_epoch * num_components + c`` so that their masks are independent.
   """
+
+  _TRANSIENT = {'_lock': threading.Lock,
+                '_blocks': collections.OrderedDict}
 
   def __init__(self, components: Sequence, probabilities: Sequence[float],
                seed: int, block_size: int = BLOCK_SIZE):
@@ -322,18 +326,6 @@ class MixedInstances(grain.MapDataset):
         np.cumsum(self._slots) - self._slots, self._slots)
     self._blocks: collections.OrderedDict[int, tuple] = (
         collections.OrderedDict())
-    self._lock = threading.Lock()
-
-  def __getstate__(self):
-    # Grain's worker processes receive the pipeline by pickling; the lock
-    # and the cached blocks stay behind and are rebuilt there.
-    state = dict(self.__dict__)
-    state['_lock'] = None
-    state['_blocks'] = collections.OrderedDict()
-    return state
-
-  def __setstate__(self, state):
-    self.__dict__.update(state)
     self._lock = threading.Lock()
 
   @property

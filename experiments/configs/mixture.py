@@ -27,23 +27,7 @@ from bertjax import config_lib
 def get_config(arg=None):
   args = config_lib.parse_arg(arg, size='demo')
   if args['size'] == 'demo':
-    c = config_lib.base_config()
-    # configs/demo.py's settings.
-    c.model.size = 'tiny'
-    c.model.max_position_embeddings = 128
-    c.data.tokenizer.vocab_size = 2000
-    c.data.eval_fraction = 0.03
-    c.data.max_seq_length = 128
-    c.data.num_threads = 2
-    c.masking.dynamic = True
-    c.batch_size = 32
-    c.total_steps = 1200
-    c.optimizer.learning_rate = 1e-3
-    c.optimizer.warmup_steps = 100
-    c.log_every_steps = 50
-    c.eval_every_steps = 300
-    c.checkpoint_every_steps = 300
-    c.eval.num_batches = 8
+    c = config_lib.demo_config()
   else:
     c = config_lib.bert_paper_config(args['size'], 1)
   c.data.mixture.embedded = config_lib.corpus_config(source='embedded')
