@@ -208,54 +208,85 @@ class _Words:
   """Word segmentation of a batch (maskable tokens only).
 
   Attributes:
-    index: int [B, L], word number of each maskable token, -1 elsewhere.
+    slot: int [B, L], where each token's word sits in a flattened
+      [B, W + 1] array: ``row * (W + 1) + word``, or ``row * (W + 1) + W``
+      (a padding column) for tokens that are not maskable.
     count: int [B], words per row.
     length: int [B, W], tokens per word (0 past ``count``).
-    first: int [B, W], position of each word's first token.
+    first: int [B, W], position of each word's first token (0 past
+      ``count``).
     cum: int [B, W + 1], tokens before word w (cum[:, w + 1] - cum[:, w] =
       length[:, w]).
-    run_end: int [B, W], the last word of each word's run of adjacent
-      maskable tokens: a unit never crosses a special ([SEP]).
+    room: int [B, W], words from w to the end of its run of adjacent
+      maskable tokens, w included (0 past ``count``): a unit never crosses a
+      special ([SEP]).
   """
-  index: np.ndarray
+  slot: np.ndarray
   count: np.ndarray
   length: np.ndarray
   first: np.ndarray
   cum: np.ndarray
-  run_end: np.ndarray
+  room: np.ndarray
 
 
 def _words(candidates: np.ndarray, word_starts: np.ndarray) -> _Words:
+  """Segments the maskable tokens into words.
+
+  The batch's words are handled as one flat list in row-major order (the
+  ``np.flatnonzero`` of their first and of their last tokens), and
+  scattered into [B, W] through the mask ``w < count``, whose True entries
+  come in the same order.
+  """
   batch_size, seq_len = candidates.shape
-  previous = np.pad(candidates, ((0, 0), (1, 0)))[:, :-1]
+  previous = np.zeros_like(candidates)   # The left neighbour is maskable.
+  previous[:, 1:] = candidates[:, :-1]
   starts = candidates & (word_starts | ~previous)
-  index = np.where(candidates, np.cumsum(starts, axis=1) - 1, -1)
-  count = starts.sum(axis=1)
+  ends = candidates.copy()   # The next token starts a word or is special.
+  ends[:, :-1] &= starts[:, 1:] | ~candidates[:, 1:]
+  # Accumulating bools into int32 is much faster than into int64.
+  index = np.cumsum(starts, axis=1, dtype=np.int32).astype(np.int64)
+  count = index[:, -1].copy()
   width = max(int(count.max()), 1)
-  rows, cols = np.nonzero(candidates)
-  flat = rows * width + index[rows, cols]
-  length = np.bincount(flat, minlength=batch_size * width).reshape(
-      batch_size, width)
+  index -= 1
+  index[~candidates] = width
+  index += (np.arange(batch_size) * (width + 1))[:, None]
+  start_flat = np.flatnonzero(starts)   # [N], N words in the batch.
+  end_flat = np.flatnonzero(ends)
+  present = np.arange(width)[None, :] < count[:, None]
+  length = np.zeros((batch_size, width), np.int64)
+  length[present] = end_flat - start_flat + 1
   first = np.zeros((batch_size, width), np.int64)
-  start_rows, start_cols = np.nonzero(starts)
-  start_words = index[start_rows, start_cols]
-  first[start_rows, start_words] = start_cols
-  cum = np.pad(np.cumsum(length, axis=1), ((0, 0), (1, 0)))
-  new_run = np.zeros((batch_size, width), bool)
-  new_run[start_rows, start_words] = ~previous[start_rows, start_cols]
-  w = np.arange(width)[None, :]
-  new_run |= w >= count[:, None]
-  following = np.where(new_run, w, width)
-  following = np.minimum.accumulate(following[:, ::-1], axis=1)[:, ::-1]
-  following = np.pad(following, ((0, 0), (0, 1)), constant_values=width)[:, 1:]
-  run_end = np.minimum(following, count[:, None]) - 1
-  return _Words(index, count, length, first, cum, run_end)
+  first[present] = start_flat % seq_len
+  cum = np.zeros((batch_size, width + 1), np.int64)
+  np.cumsum(length, axis=1, out=cum[:, 1:])
+  # Runs of adjacent words, numbered over the flat list: a row's first word
+  # always starts a run, so no run spans two rows.
+  new_run = ~previous.ravel()[start_flat]
+  last_of_run = np.ones_like(new_run)
+  last_of_run[:-1] = new_run[1:]
+  run = np.cumsum(new_run, dtype=np.int32) - 1
+  run_last = np.flatnonzero(last_of_run)[run]   # [N] flat word numbers.
+  room = np.zeros((batch_size, width), np.int64)
+  room[present] = run_last + 1 - np.arange(len(run_last))
+  return _Words(index, count, length, first, cum, room)
 
 
 def _unit_scores(seed, example_index, mask_epoch, width) -> np.ndarray:
   return counter_rng.uniform(seed, Stream.MASK_SELECT, mask_epoch[:, None],
                              example_index[:, None],
                              np.arange(width)[None, :])
+
+
+def _uniforms(streams, seed, example_index, mask_epoch, counter):
+  """float [S, B, N]: ``counter_rng.uniform`` of S streams in one call.
+
+  The numbers of one call per stream, for a fraction of the cost (the hash
+  is many small numpy operations); ``counter`` is int [B, N], shared, or
+  [S, B, N], one per stream.
+  """
+  return counter_rng.uniform(seed, np.array(streams)[:, None, None],
+                             mask_epoch[:, None], example_index[:, None],
+                             counter)
 
 
 # ---------------------------------------------------------------------------
@@ -283,7 +314,8 @@ def _select_whole_word(words: _Words, budget, seed, example_index,
   """
   batch_size, width = words.length.shape
   rows = np.arange(batch_size)
-  order = _random_word_order(words, seed, example_index, mask_epoch)
+  order = _random_word_order(words, _unit_scores(seed, example_index,
+                                                 mask_epoch, width))
   lengths = np.take_along_axis(words.length, order, axis=1)   # 0 = no word
   cum = np.cumsum(lengths, axis=1)
   taken_sorted = (cum <= budget[:, None]) & (lengths > 0)
@@ -302,110 +334,283 @@ def _select_whole_word(words: _Words, budget, seed, example_index,
     remaining[hit] -= lengths[hit, position[found]]
   taken = np.zeros_like(taken_sorted)
   np.put_along_axis(taken, order, taken_sorted, axis=1)
-  return _expand(words, taken, np.broadcast_to(np.arange(width), taken.shape))
+  return _expand(words, np.where(taken, words.first, -1))
 
 
-def _random_word_order(words: _Words, seed, example_index, mask_epoch):
-  """int [B, W]: each row's words in random order (absent words last)."""
+def _random_word_order(words: _Words, scores: np.ndarray) -> np.ndarray:
+  """int [B, W]: each row's words by ``_unit_scores`` (absent words last)."""
   width = words.length.shape[1]
-  scores = _unit_scores(seed, example_index, mask_epoch, width)
   scores = np.where(np.arange(width)[None, :] < words.count[:, None], scores,
                     np.inf)
   return np.argsort(scores, axis=1)
 
 
-def _expand(words: _Words, taken, span_start):
-  """Word-level choices -> token-level selection and unit keys."""
-  batch_size = words.index.shape[0]
-  rows = np.arange(batch_size)[:, None]
-  index = np.maximum(words.index, 0)
-  selected = (words.index >= 0) & taken[rows, index]
-  unit_first_word = span_start[rows, index]
-  return selected, words.first[rows, unit_first_word]
-
-
-def _grow_spans(words: _Words, starts, lengths, max_len, remaining,
-                covered=None, begins=None, length_per_span: bool = False):
-  """Takes spans (start word, length in words) in order where they fit.
-
-  A span overlapping a taken word is skipped; one longer than the remaining
-  budget is shrunk to the longest prefix of whole words that fits. The loop
-  runs over attempts, vectorized over the rows that still have budget.
+def _expand(words: _Words, unit_first: np.ndarray):
+  """Word-level choices -> token-level selection and unit keys.
 
   Args:
     words: the batch's words.
-    starts: int [B, A], start word of each attempt, in order.
-    lengths: int [B, A], wanted length in words (>= 1), per attempt or,
-      with ``length_per_span``, per accepted span: a rejected attempt then
-      keeps its length for the next start, so overlaps do not bias the
-      lengths towards short spans.
-    max_len: the largest value in ``lengths``.
-    remaining: int [B], budget left (an updated copy is returned).
-    covered, begins: state of an earlier call to continue from.
+    unit_first: int [B, W], for each chosen word the position of its unit's
+      first token; -1 for words not chosen.
 
   Returns:
-    covered bool [B, W + max_len] (words taken), begins bool [B, W +
-    max_len] (words that start a span), remaining int [B].
+    selected bool [B, L], unit_key int [B, L] (-1 where not selected).
+  """
+  batch_size, width = unit_first.shape
+  padded = np.full((batch_size, width + 1), -1, np.int64)
+  padded[:, :width] = unit_first
+  unit_key = padded.ravel()[words.slot]
+  return unit_key >= 0, unit_key
+
+
+# Attempts per row that one step of _grow_spans judges together: at most
+# this many (fewer for spans, where a rejected attempt ends the step), and
+# fewer when many rows take the pairwise overlap test, so that a step judges
+# about _PAIR_BUDGET attempts in all.
+_MAX_ATTEMPTS_PER_STEP = 16
+_MAX_SPAN_ATTEMPTS_PER_STEP = 8
+_MIN_ATTEMPTS_PER_STEP = 8
+_PAIR_BUDGET = 512
+
+
+def _grow_spans(words: _Words, attempts, num_attempts: int, max_len: int,
+                remaining, state=None, length_per_span: bool = False):
+  """Takes spans (start word, length in words) in order where they fit.
+
+  A span overlapping a taken word is skipped; one longer than the remaining
+  budget is shrunk to the longest prefix of whole words that fits.
+
+  The result is that of trying each row's attempts one at a time, in order.
+  To need fewer numpy steps, a step judges the next K attempts of every row
+  that still has budget at once (rows advance at their own pace): each
+  against the words taken before the step and a guess of what the earlier
+  attempts of the block take. The step decides the longest prefix of the
+  block over which the guess is exact.
+
+  In a row's bulk, the guess is that an attempt of the block takes its
+  whole window if that is free (no word taken before the step) and overlaps
+  no earlier free window of the block, and nothing otherwise. The step
+  decides attempts up to
+
+  - (excluded) the first that overlaps an earlier window of the block which
+    itself overlaps an earlier one: one that overlaps only windows that
+    overlap nothing earlier is rejected, as those are taken;
+  - (included) the first that does not fit the budget left whole, if it
+    takes something or the guess counted it as taken;
+  - (included) with ``length_per_span``, the first that is rejected: the
+    next attempt wants the rejected length, not the one the guess gave it.
+
+  Once the budget has cut a span short (the row's tail), most attempts fail,
+  so the guess is that none takes anything: the step decides attempts up to
+  the first that takes something (included).
+
+  Args:
+    words: the batch's words.
+    attempts: ``attempts(begin, end)`` returns (starts, lengths), int
+      [B, end - begin] each (or broadcastable), for attempts begin..end - 1:
+      the start word and the wanted length in words (>= 1), per attempt or,
+      with ``length_per_span``, per accepted span: a rejected attempt then
+      keeps its length for the next start, so overlaps do not bias the
+      lengths towards short spans. Drawn as the rows reach them.
+    num_attempts: how many attempts each row has.
+    max_len: the largest wanted length.
+    remaining: int [B], budget left (an updated copy is returned).
+    state: (taken, begins) of an earlier call to continue from.
+
+  Returns:
+    taken bool [B, S] (words taken; S >= W + max_len + 1), begins bool
+    [B, S] (words that start a span) and remaining int [B].
   """
   batch_size, width = words.length.shape
-  if covered is None:
-    covered = np.zeros((batch_size, width + max_len), bool)
-    begins = np.zeros((batch_size, width + max_len), bool)
+  max_block = (_MAX_SPAN_ATTEMPTS_PER_STEP if length_per_span
+               else _MAX_ATTEMPTS_PER_STEP)
+  if state is None:
+    state = (np.zeros((batch_size, width + max_len + 1), bool),
+             np.zeros((batch_size, width + max_len + 1), bool))
+  taken, begins = state
+  # Word tables of `stride` columns per row, flattened: a window of max_len
+  # words from any start word <= W stays in its row (no words past W).
+  stride = taken.shape[1]
+  row_start = np.arange(batch_size)[:, None] * stride
+  cum = np.empty((batch_size, stride), np.int64)
+  cum[:, :width + 1] = words.cum
+  cum[:, width + 1:] = words.cum[:, -1:]
+  # Offset per row: the flat table is sorted, for np.searchsorted.
+  cum_sorted = (cum + row_start // stride * (
+      int(words.cum[:, -1].max()) + 1)).ravel()
+  cum = cum.ravel()
+  room = np.zeros((batch_size, stride), np.int64)
+  room[:, :width] = words.room
+  room = room.ravel()
+  flat_taken, flat_begins = taken.reshape(-1), begins.reshape(-1)
+
+  # Attempt tables [B, drawn + max_block], flattened: the flat start word
+  # and the wanted length of each attempt drawn so far, then padding (start
+  # word W, which has no room; with ``length_per_span``, the last length,
+  # which stands for the lengths past the last attempt).
+  start_table = length_table = np.zeros((batch_size, 0), np.int64)
+
+  def draw(begin, end):
+    nonlocal start_table, length_table
+    shape = (batch_size, end - begin)
+    starts, lengths = attempts(begin, end)
+    starts = np.broadcast_to(starts + row_start, shape)
+    lengths = np.broadcast_to(lengths, shape)
+    if length_per_span:
+      padding = lengths[:, -1:]
+    else:
+      lengths = np.minimum(lengths, room[starts])   # Never past the run.
+      padding = 0
+    pad = (batch_size, max_block)
+    start_table = np.concatenate(
+        [start_table[:, :begin], starts, np.broadcast_to(row_start + width,
+                                                         pad)], axis=1)
+    length_table = np.concatenate(
+        [length_table[:, :begin], lengths, np.broadcast_to(padding, pad)],
+        axis=1)
+    return end
+
+  # Rows seldom need more than one attempt per two predictions.
+  drawn = draw(0, min(num_attempts, int(remaining.max()) // 2 + 8))
+  all_k = np.arange(max_block)[:, None]
+  all_earlier = all_k.T < all_k               # [k, k']: k' is before k.
+  window = np.arange(max_len)[:, None, None]
+  # The active rows: row, budget left, next attempt, spans taken, in tail.
   remaining = remaining.copy()
-  offsets = np.arange(max_len)
-  cum = np.pad(words.cum, ((0, 0), (0, max_len)), mode='edge')
-  run_end = np.pad(words.run_end, ((0, 0), (0, 1)))
-  accepted = np.zeros(batch_size, np.int64)
-  active = np.flatnonzero(remaining > 0)
-  for j in range(starts.shape[1]):
-    if not active.size:
-      break
-    s = starts[active, j]
-    wanted = lengths[active, np.minimum(accepted[active], lengths.shape[1] - 1)
-                     if length_per_span else j]
-    # Never past the run of maskable words (a [SEP] or the row's end).
-    wanted = np.where(s < words.count[active],
-                      np.minimum(wanted, run_end[active, s] + 1 - s), 0)
-    window = s[:, None] + offsets                      # [A, K] word numbers
-    rows = active[:, None]
-    # Tokens in the first k + 1 words from s; increasing in k.
-    tokens = cum[rows, window + 1] - cum[active, s][:, None]
-    best = np.minimum(wanted, (tokens <= remaining[active, None]).sum(axis=1))
-    inside = offsets[None, :] < best[:, None]
-    take = (best > 0) & ~(covered[rows, window] & inside).any(axis=1)
-    covered[rows, window] |= inside & take[:, None]
-    begins[active[take], s[take]] = True
-    accepted[active[take]] += 1
-    remaining[active] -= np.where(take, tokens[np.arange(len(active)),
-                                               np.maximum(best - 1, 0)], 0)
-    active = active[remaining[active] > 0]
-    if j % 8 == 7 and active.size:
-      # Drop rows where no free word fits the budget any more.
-      free = ~covered[active, :width] & (
-          words.length[active] <= remaining[active, None]) & (
-              words.length[active] > 0)
-      active = active[free.any(axis=1)]
-  return covered, begins, remaining
+  rows = np.flatnonzero(remaining > 0)
+  budget = remaining[rows]
+  pointer = np.zeros(rows.size, np.int64)
+  accepted = np.zeros(rows.size, np.int64)
+  tail = np.zeros(rows.size, bool)
+  while rows.size:
+    # Block arrays are [K, A] (attempt k of the block, active row a) and
+    # [M, K, A] (word m of the attempt's window).
+    num_bulk = rows.size - np.count_nonzero(tail)
+    block = max_block
+    if num_bulk:
+      block = min(max_block, max(_MIN_ATTEMPTS_PER_STEP,
+                                 _PAIR_BUDGET // num_bulk))
+    k = all_k[:block]
+    if pointer.max() >= drawn:
+      drawn = draw(drawn, min(num_attempts, max(2 * drawn,
+                                                pointer.max() + max_block)))
+    table_row = rows * start_table.shape[1]
+    attempt = table_row + pointer + k
+    start = start_table.ravel()[attempt]           # Flat start word.
+    if length_per_span:   # In the tail, nothing is accepted before k.
+      want = np.minimum(
+          length_table.ravel()[table_row + accepted + k * ~tail],
+          room[start])                               # Never past the run.
+    else:
+      want = length_table.ravel()[attempt]
+    end = start + want
+    tokens = cum[end] - cum[start]                   # In the whole window.
+    cells = start + window
+    hit = flat_taken[cells]                          # Taken before the step.
+    free = (want > 0) & ~(hit & (window < want)).any(axis=0)
+
+    # The guess: what each attempt takes if it fits the budget, and the
+    # budget left before it.
+    if num_bulk:
+      # meets[k, k', a]: the windows of k and of an earlier free k' overlap.
+      meets = ((start[:, None] < end[None]) & (start[None] < end[:, None])
+               & all_earlier[:block, :block, None] & (free & ~tail)[None])
+      contested = meets.any(axis=1)
+      unsure = (meets & contested[None]).any(axis=1)
+      taken_whole = free & ~contested
+      counted = np.where(taken_whole & ~tail, tokens, 0)
+      left = budget + counted - np.cumsum(counted, axis=0)
+    else:
+      taken_whole = free
+      left = budget
+    # An attempt that does not fit whole takes the longest prefix of whole
+    # words that fits, if that is free.
+    short = tokens > left
+    best = want.copy()                               # Words taken.
+    short_at = np.flatnonzero(short)
+    if short_at.size:
+      short_start = start.ravel()[short_at]
+      fit = np.searchsorted(
+          cum_sorted, cum_sorted[short_start]
+          + np.broadcast_to(left, short.shape).ravel()[short_at],
+          side='right') - short_start - 1
+      best.ravel()[short_at] = np.maximum(
+          np.minimum(want.ravel()[short_at], fit), 0)
+    inside = window < best
+    take = np.where(short, (best > 0) & ~(hit & inside).any(axis=0),
+                    taken_whole)
+
+    # Decide up to the first unsure attempt (excluded) or the first after
+    # which the guess no longer holds (included).
+    last = short & (take | taken_whole)
+    if length_per_span:
+      last |= ~take
+    last = np.where(tail, take, last)
+    if num_bulk:
+      # A short attempt is judged against the words taken before the step.
+      unsure |= short & contested
+      decided = np.where(unsure, k, np.where(last, k + 1, block)).min(axis=0)
+    else:
+      decided = np.where(last, k + 1, block).min(axis=0)
+    if drawn < num_attempts:   # Attempts not drawn yet wait for the next.
+      decided = np.minimum(decided, drawn - pointer)
+    decided_mask = k < decided
+    take &= decided_mask
+
+    flat_taken[cells[inside & take]] = True
+    flat_begins[start[take]] = True
+    budget -= np.where(take, cum[start + best] - cum[start], 0).sum(axis=0)
+    accepted += take.sum(axis=0)
+    pointer += decided
+    tail |= (short & decided_mask).any(axis=0)
+    keep = (budget > 0) & (pointer < num_attempts)
+    stalled = np.flatnonzero(keep & ~take.any(axis=0))
+    if stalled.size:
+      # A row that took nothing goes on only while a free word fits.
+      length = words.length[rows[stalled]]
+      keep[stalled] = (~taken[rows[stalled], :width] & (length > 0) & (
+          length <= budget[stalled, None])).any(axis=1)
+    if not keep.all():
+      remaining[rows] = budget
+      rows, budget, pointer, accepted, tail = (
+          rows[keep], budget[keep], pointer[keep], accepted[keep],
+          tail[keep])
+  return taken, begins, remaining
 
 
-def _span_starts(begins: np.ndarray) -> np.ndarray:
-  """For each word, the word where its span begins (latest begin <= it)."""
-  index = np.where(begins, np.arange(begins.shape[1])[None, :], 0)
-  return np.maximum.accumulate(index, axis=1)
+def _unit_first(words: _Words, taken, begins) -> np.ndarray:
+  """int [B, W]: for each taken word, the first token of its span; else -1.
+
+  A taken word's span begins at the latest begin at or before it, which is
+  in its row: spans are numbered over the flattened [B, S] arrays.
+  """
+  width = words.length.shape[1]
+  begin_at = np.flatnonzero(begins)
+  span_first = np.concatenate([[-1], words.first.ravel()[
+      begin_at // taken.shape[1] * width + begin_at % taken.shape[1]]])
+  span = np.cumsum(begins.ravel(), dtype=np.int32) * taken.ravel()
+  return span_first[span].reshape(taken.shape)[:, :width]
 
 
 def _select_ngram(words: _Words, budget, seed, example_index, mask_epoch,
                   max_n: int):
   """ALBERT: start words in random order, n ~ 1/n over the n-grams there."""
   width = words.length.shape[1]
-  starts = _random_word_order(words, seed, example_index, mask_epoch)
-  # n ~ 1/n over 1..max_n; an n-gram reaching past the end of its run of
-  # words is cut there (ALBERT's slice of the candidate list, shortened).
-  u = counter_rng.uniform(seed, Stream.MASK_UNIT_LENGTH, mask_epoch[:, None],
-                          example_index[:, None], starts)
-  n = 1 + _sample(np.cumsum(ngram_probabilities(max_n)), u)
-  covered, begins, _ = _grow_spans(words, starts, n, max_n, budget)
-  return _expand(words, covered[:, :width], _span_starts(begins[:, :width]))
+  order = _random_word_order(words, _unit_scores(seed, example_index,
+                                                 mask_epoch, width))
+  cdf = np.cumsum(ngram_probabilities(max_n))
+
+  def attempts(begin, end):
+    # n ~ 1/n over 1..max_n; an n-gram reaching past the end of its run of
+    # words is cut there (ALBERT's slice of the candidate list, shortened).
+    starts = order[:, begin:end]
+    u = counter_rng.uniform(seed, Stream.MASK_UNIT_LENGTH,
+                            mask_epoch[:, None], example_index[:, None],
+                            starts)
+    return starts, 1 + _sample(cdf, u)
+
+  taken, begins, _ = _grow_spans(words, attempts, width, max_n, budget)
+  return _expand(words, _unit_first(words, taken, begins))
 
 
 def _select_span(words: _Words, budget, seed, example_index, mask_epoch,
@@ -415,27 +620,28 @@ def _select_span(words: _Words, budget, seed, example_index, mask_epoch,
   Attempts are drawn until the budget is met; a row whose free words are too
   fragmented for the remaining attempts is completed with single words.
   """
-  probs = span_length_probabilities(config.span_geometric_p,
-                                    config.span_lower, config.span_upper)
-  attempts = 4 * config.max_predictions_per_seq + 8
-  a = np.arange(attempts)[None, :]
-  u_len = counter_rng.uniform(seed, Stream.MASK_UNIT_LENGTH,
-                              mask_epoch[:, None], example_index[:, None], a)
-  lengths = config.span_lower + _sample(np.cumsum(probs), u_len)
-  u_start = counter_rng.uniform(seed, Stream.MASK_UNIT_START,
-                                mask_epoch[:, None], example_index[:, None], a)
-  starts = np.minimum((u_start * words.count[:, None]).astype(np.int64),
-                      np.maximum(words.count[:, None] - 1, 0))
-  covered, begins, remaining = _grow_spans(
-      words, starts, lengths, config.span_upper, budget,
-      length_per_span=True)
-  width = words.length.shape[1]
+  cdf = np.cumsum(span_length_probabilities(
+      config.span_geometric_p, config.span_lower, config.span_upper))
+  last_word = np.maximum(words.count[:, None] - 1, 0)
+
+  def attempts(begin, end):
+    u_len, u_start = _uniforms(
+        (Stream.MASK_UNIT_LENGTH, Stream.MASK_UNIT_START), seed,
+        example_index, mask_epoch, np.arange(begin, end)[None, :])
+    starts = np.minimum((u_start * words.count[:, None]).astype(np.int64),
+                        last_word)
+    return starts, config.span_lower + _sample(cdf, u_len)
+
+  taken, begins, remaining = _grow_spans(
+      words, attempts, 4 * config.max_predictions_per_seq + 8,
+      config.span_upper, budget, length_per_span=True)
   if remaining.any():  # Fill what fragmentation left with single words.
-    fill = _random_word_order(words, seed, example_index, mask_epoch)
-    covered, begins, _ = _grow_spans(
-        words, fill, np.ones_like(fill), config.span_upper, remaining,
-        covered, begins)
-  return _expand(words, covered[:, :width], _span_starts(begins[:, :width]))
+    order = _random_word_order(words, _unit_scores(
+        seed, example_index, mask_epoch, words.length.shape[1]))
+    taken, begins, _ = _grow_spans(
+        words, lambda begin, end: (order[:, begin:end], 1),
+        words.length.shape[1], 1, remaining, (taken, begins))
+  return _expand(words, _unit_first(words, taken, begins))
 
 
 def _entity_word_starts(batch, candidates, config: MaskingConfig, seed,
@@ -521,24 +727,24 @@ def mask_batch(batch: dict, config: MaskingConfig, seed: int) -> dict:
     else:
       selected, unit_key = _select_span(words, budget, *counters, config)
 
-  # Selected positions first, ascending; the budget keeps them <= P.
-  order = np.argsort(~selected, axis=1, kind='stable')
-  if seq_len < max_predictions:
-    order = np.pad(order, ((0, 0), (0, max_predictions - seq_len)))
-  positions = order[:, :max_predictions]
+  # Selected positions first, ascending; the budget keeps them <= P (a row
+  # with more would keep its first P).
+  count = selected.sum(axis=1)
+  real = np.arange(max_predictions)[None, :] < count[:, None]
+  chosen = np.flatnonzero(selected)   # Row after row, ascending.
+  slot = np.arange(chosen.size) - np.repeat(np.cumsum(count) - count, count)
+  positions = np.zeros((batch_size, max_predictions), np.int64)
+  positions[real] = chosen[slot < max_predictions] % seq_len
   rows = np.arange(batch_size)[:, None]
-  real = np.arange(max_predictions)[None, :] < selected.sum(1)[:, None]
-  positions = np.where(real, positions, 0)
   labels = ids[rows, positions]
   unit_start = np.where(real, unit_key[rows, positions], 0)
 
   # Corruption, keyed by position or by the unit's first position.
   key = unit_start if config.corruption_unit == 'unit' else positions
-  key_counters = (mask_epoch[:, None], example_index[:, None], key)
-  u = counter_rng.uniform(seed, Stream.MASK_CORRUPT, *key_counters)
-  replacement = _replacement_ids(config, counter_rng.uniform(
-      seed, Stream.MASK_REPLACE, mask_epoch[:, None], example_index[:, None],
-      positions))
+  u, u_replace = _uniforms((Stream.MASK_CORRUPT, Stream.MASK_REPLACE), seed,
+                           example_index, mask_epoch,
+                           np.stack([key, positions]))
+  replacement = _replacement_ids(config, u_replace)
   use_mask = real & (u < config.mask_token_prob)
   use_random = real & ~use_mask & (
       u < config.mask_token_prob + config.random_token_prob)
