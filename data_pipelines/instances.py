@@ -240,11 +240,11 @@ class InstanceBuilder(TransientAttributes):
     """
     ks = np.asarray(ks, np.int64)
     if self.config.layout == 'nsp':
-      segments, docs, labels = self._nsp_segments(plan, ks, data_epoch)
+      segments, labels = self._nsp_segments(plan, ks, data_epoch)
     else:
-      segments, docs = self._packed_segments(plan, ks)
+      segments = self._packed_segments(plan, ks)
       labels = np.zeros(len(ks), np.int32)
-    tokens = _DocumentTokens(self, docs)
+    tokens = _DocumentTokens(self, segments)
     batch = tokens.assemble(segments, len(ks), self.config.max_seq_length)
     batch['next_sentence_label'] = labels
     return batch
@@ -300,8 +300,7 @@ class InstanceBuilder(TransientAttributes):
         length=np.stack([one, len_a - remove_a, one, len_b - remove_b, one],
                         1),
         token_type=np.broadcast_to(np.array([0, 0, 0, 1, 1]), (n, 5)))
-    return (segments, np.concatenate([doc, b_doc]),
-            is_random.astype(np.int32))
+    return segments, is_random.astype(np.int32)
 
   def _packed_segments(self, plan: Plan, ks: np.ndarray):
     """[CLS] doc [SEP] doc ... [SEP]: a piece of each document the instance
@@ -326,8 +325,7 @@ class InstanceBuilder(TransientAttributes):
                 csum[piece_end] - csum[piece_start])))
     # A sentence longer than the instance is cut; then the final [SEP].
     segments = segments.truncate(self.config.max_seq_length - 1)
-    segments = segments.append_to_rows(-1, _SEP, len(ks))
-    return segments, doc
+    return segments.append_to_rows(-1, _SEP, len(ks))
 
 
 # Positions of [CLS] and [SEP] in the special-token buffer of
@@ -398,25 +396,37 @@ def _first_of_row(row: np.ndarray) -> np.ndarray:
 
 
 class _DocumentTokens:
-  """The token ids and flags of a batch's documents, read once each.
+  """The tokens and flags a batch's segments use; each document read once.
 
   Flags are int8: bit 0 the word start, bits 1+ the unit label (see
   pretokenize: 0 none, 1/2 entity begin/inside, 3/4 phrase begin/inside).
   Document -1 holds the specials [CLS] and [SEP] (a word start, label 0).
   """
 
-  def __init__(self, builder: InstanceBuilder, docs: np.ndarray):
-    self.docs = np.unique(docs)
+  def __init__(self, builder: InstanceBuilder, segments: _Segments):
+    # Only the part of each document that the segments use is copied: an
+    # instance needs a few hundred tokens of a document that may hold
+    # thousands.
+    real = segments.doc >= 0
+    start = segments.start[real]
+    end = start + segments.length[real]
+    self.docs, slot = np.unique(segments.doc[real], return_inverse=True)
+    lo = np.full(len(self.docs), np.iinfo(np.int64).max)
+    np.minimum.at(lo, slot, start)
+    hi = np.zeros(len(self.docs), np.int64)
+    np.maximum.at(hi, slot, end)
     ids, flags = [np.array([CLS_ID, SEP_ID], np.int32)], [
         np.ones(2, np.int8)]
-    for d in self.docs:
-      record = builder.source[int(d)]
-      ids.append(record['token_ids'])
-      f = record['word_starts'].astype(np.int8)
+    for d, a, b in zip(self.docs.tolist(), lo.tolist(), hi.tolist()):
+      record = builder.source[d]
+      ids.append(record['token_ids'][a:b])
+      f = record['word_starts'][a:b].astype(np.int8)
       if 'unit_labels' in record:
-        f |= record['unit_labels'].astype(np.int8) << 1
+        f |= record['unit_labels'][a:b].astype(np.int8) << 1
       flags.append(f)
-    self.base = _cumsum0([len(x) for x in ids])
+    # base[slot] + (token offset in the document) = position in the buffer.
+    self.base = _cumsum0([len(x) for x in ids])[:-1] - np.concatenate(
+        [[0], lo])
     self.ids = np.concatenate(ids)
     self.flags = np.concatenate(flags)
 

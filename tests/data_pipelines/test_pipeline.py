@@ -145,6 +145,24 @@ def test_document_source_decodes_like_tfds(prepared):
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
 
 
+def test_records_are_written_uncompressed(prepared):
+  # TFDS hard-codes zstd; prepare() swaps its ArrayRecord writer while it
+  # builds, and only then.
+  from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+  from tensorflow_datasets.core import file_adapters  # pylint: disable=g-import-not-at-top
+  files = [os.path.join(root, name)
+           for root, _, names in os.walk(prepared.directory)
+           for name in names if '.array_record' in name]
+  assert len(files) >= 2  # train and eval
+  for path in files:
+    reader = array_record_module.ArrayRecordReader(path, '')
+    assert 'uncompressed' in reader.writer_options_string()
+    reader.close()
+  assert file_adapters.ADAPTER_FOR_FORMAT[
+      file_adapters.FileFormat.ARRAY_RECORD] is (
+          file_adapters.ArrayRecordFileAdapter)
+
+
 def test_pretokenized_text_decodes_to_the_corpus(prepared, cfg):
   corpus_text = set()
   for name in os.listdir(cfg.data.corpus.path):
