@@ -475,7 +475,22 @@ def _front_removals(seed, data_epoch, ks, which, remove) -> np.ndarray:
 
 
 
-class InstanceDataset(TransientAttributes, grain.MapDataset):
+class BatchAccessDataset(TransientAttributes, grain.MapDataset):
+  """A random-access dataset built for batches: ``get_batch(indices)``
+  returns elements ``indices`` stacked, and element ``i`` is row 0 of
+  ``get_batch([i])``. ``InstanceBatches`` batches any of them."""
+
+  def get_batch(self, indices: np.ndarray) -> dict:
+    raise NotImplementedError
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    return {key: value[0]
+            for key, value in self.get_batch(np.array([index])).items()}
+
+
+class InstanceDataset(BatchAccessDataset):
   """Instance ``i`` of an endless stream of shuffled epochs.
 
   Element ``i`` is a pure function of ``i`` and the seed: its epoch and
@@ -569,19 +584,13 @@ class InstanceDataset(TransientAttributes, grain.MapDataset):
     return {key: np.concatenate([p[key] for p in parts])[order]
             for key in parts[0]}
 
-  def __getitem__(self, index):
-    if isinstance(index, slice):
-      return self.slice(index)
-    return {key: value[0]
-            for key, value in self.get_batch(np.array([index])).items()}
-
   def __str__(self) -> str:
     return (f'InstanceDataset(layout={self._builder.config.layout}, '
             f'dynamic={self._dynamic}, dupe_factor={self._dupe_factor})')
 
 
 class InstanceBatches(grain.MapDataset):
-  """One host's batches of an ``InstanceDataset``, built vectorized.
+  """One host's batches of a ``BatchAccessDataset``, built vectorized.
 
   Host ``p`` of ``P`` takes elements ``p, p + P, ...``: its batch ``b`` is
   elements ``b * G + p + P * j`` for ``j < G / P``, with ``G`` the global
@@ -589,7 +598,7 @@ class InstanceBatches(grain.MapDataset):
   ``[b * G, (b + 1) * G)`` whatever ``P`` is.
   """
 
-  def __init__(self, instances: InstanceDataset, batch_size: int,
+  def __init__(self, instances: BatchAccessDataset, batch_size: int,
                process_index: int = 0, process_count: int = 1,
                num_batches: int | None = None):
     """``batch_size`` is this host's; ``num_batches`` None = all."""

@@ -37,7 +37,6 @@ import threading
 from typing import Sequence
 
 from absl import logging
-import grain
 import numpy as np
 
 from data_pipelines import corpus as corpus_lib
@@ -285,7 +284,7 @@ def prepare(data_cfg, num_threads: int = 0,
 # The mixed element stream.
 
 
-class MixedInstances(instances_lib.TransientAttributes, grain.MapDataset):
+class MixedInstances(instances_lib.BatchAccessDataset):
   """Element ``i`` of the mixture of the components' endless streams.
 
   The interface the pipeline uses from ``instances.InstanceDataset``:
@@ -401,12 +400,6 @@ class MixedInstances(instances_lib.TransientAttributes, grain.MapDataset):
 
   def __len__(self) -> int:
     return sys.maxsize
-
-  def __getitem__(self, index):
-    if isinstance(index, slice):
-      return self.slice(index)
-    return {key: value[0]
-            for key, value in self.get_batch(np.array([index])).items()}
 
   def __str__(self) -> str:
     shares = ', '.join(f'{p:.3f}' for p in self._probabilities)

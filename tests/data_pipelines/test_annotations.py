@@ -8,7 +8,6 @@ import pytest
 
 from bertjax import config_lib
 from data_pipelines import annotations
-from data_pipelines import corpus
 from data_pipelines import gazetteer
 from data_pipelines import pretokenize
 
