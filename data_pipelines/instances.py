@@ -77,6 +77,12 @@ def _cumsum0(x: np.ndarray) -> np.ndarray:
   return np.concatenate([[0], np.cumsum(x, dtype=np.int64)])
 
 
+def _ranks(counts: np.ndarray) -> np.ndarray:
+  """0..counts[0]-1, 0..counts[1]-1, ...: each item's rank in its group."""
+  return np.arange(int(np.sum(counts))) - np.repeat(_cumsum0(counts)[:-1],
+                                                    counts)
+
+
 def plan_nsp(index: pretokenize.DocumentIndex, max_seq_length: int,
              short_seq_prob: float, seed: int, data_epoch: int) -> Plan:
   """BERT's chunking of every document, vectorized over documents."""
@@ -292,11 +298,11 @@ class InstanceBuilder(TransientAttributes):
     one = np.ones(n, np.int64)
     segments = _Segments.from_rows(
         doc=np.stack([-one, doc, -one, b_doc, -one], 1),
-        start=np.stack([_CLS + 0 * one,
+        start=np.stack([np.full(n, _CLS),
                         self._token_offset(start, doc) + front_a,
-                        _SEP + 0 * one,
+                        np.full(n, _SEP),
                         self._token_offset(b_start, b_doc) + front_b,
-                        _SEP + 0 * one], 1),
+                        np.full(n, _SEP)], 1),
         length=np.stack([one, len_a - remove_a, one, len_b - remove_b, one],
                         1),
         token_type=np.broadcast_to(np.array([0, 0, 0, 1, 1]), (n, 5)))
@@ -311,7 +317,7 @@ class InstanceBuilder(TransientAttributes):
     last_doc = np.searchsorted(offsets, end - 1, 'right') - 1
     pieces = last_doc - first_doc + 1
     row = np.repeat(np.arange(len(ks)), pieces)
-    nth = np.arange(len(row)) - np.repeat(_cumsum0(pieces)[:-1], pieces)
+    nth = _ranks(pieces)
     doc = first_doc[row] + nth
     piece_start = np.maximum(start[row], offsets[doc])
     piece_end = np.minimum(end[row], offsets[doc + 1])
@@ -371,12 +377,14 @@ class _Segments:
                cat(np.full(num_rows, first[2]), l0, l1),
                np.zeros(len(rows), np.int64))
 
+  def offsets_in_row(self) -> np.ndarray:
+    """int [S]: tokens of its row before each segment."""
+    before = np.cumsum(self.length) - self.length
+    return before - before[_first_of_row(self.row)][self.row]
+
   def truncate(self, max_tokens: int) -> '_Segments':
     """Cuts every row after ``max_tokens`` tokens."""
-    end = np.cumsum(self.length)
-    row_begin = np.concatenate([[0], end])[_first_of_row(self.row)]
-    before = end - self.length - row_begin[self.row]
-    length = np.clip(max_tokens - before, 0, self.length)
+    length = np.clip(max_tokens - self.offsets_in_row(), 0, self.length)
     return dataclasses.replace(self, length=length)
 
   def append_to_rows(self, doc: int, start: int, num_rows: int
@@ -410,41 +418,39 @@ class _DocumentTokens:
     real = segments.doc >= 0
     start = segments.start[real]
     end = start + segments.length[real]
-    self.docs, slot = np.unique(segments.doc[real], return_inverse=True)
-    lo = np.full(len(self.docs), np.iinfo(np.int64).max)
+    docs, slot = np.unique(segments.doc[real], return_inverse=True)
+    lo = np.full(len(docs), np.iinfo(np.int64).max)
     np.minimum.at(lo, slot, start)
-    hi = np.zeros(len(self.docs), np.int64)
+    hi = np.zeros(len(docs), np.int64)
     np.maximum.at(hi, slot, end)
     ids, flags = [np.array([CLS_ID, SEP_ID], np.int32)], [
         np.ones(2, np.int8)]
-    for d, a, b in zip(self.docs.tolist(), lo.tolist(), hi.tolist()):
+    for d, a, b in zip(docs.tolist(), lo.tolist(), hi.tolist()):
       record = builder.source[d]
       ids.append(record['token_ids'][a:b])
       f = record['word_starts'][a:b].astype(np.int8)
       if 'unit_labels' in record:
         f |= record['unit_labels'][a:b].astype(np.int8) << 1
       flags.append(f)
-    # base[slot] + (token offset in the document) = position in the buffer.
-    self.base = _cumsum0([len(x) for x in ids])[:-1] - np.concatenate(
-        [[0], lo])
+    # Buffer position of each segment's first token: the offset of its
+    # document's piece (slot 0: the specials), minus where the piece starts.
+    base = _cumsum0([len(x) for x in ids])[:-1] - np.concatenate([[0], lo])
+    segment_slot = np.zeros(len(segments.doc), np.int64)
+    segment_slot[real] = slot + 1
+    self.src_start = base[segment_slot] + segments.start
     self.ids = np.concatenate(ids)
     self.flags = np.concatenate(flags)
 
   def assemble(self, segments: _Segments, num_rows: int,
                max_seq_length: int) -> dict:
-    """Concatenates each row's segments; pads to ``max_seq_length``."""
+    """Concatenates each row's segments (those given to the constructor);
+    pads to ``max_seq_length``."""
     length = segments.length
-    slot = np.searchsorted(self.docs, segments.doc) + 1
-    slot[segments.doc < 0] = 0
-    src_start = self.base[slot] + segments.start
-    total = int(length.sum())
     seg_of = np.repeat(np.arange(len(length)), length)
-    within = np.arange(total) - np.repeat(_cumsum0(length)[:-1], length)
-    end = np.cumsum(length)
-    row_begin = np.concatenate([[0], end])[_first_of_row(segments.row)]
-    col = (end - length - row_begin[segments.row])[seg_of] + within
+    within = _ranks(length)
+    col = segments.offsets_in_row()[seg_of] + within
     row = segments.row[seg_of]
-    src = src_start[seg_of] + within
+    src = self.src_start[seg_of] + within
     shape = (num_rows, max_seq_length)
     input_ids = np.full(shape, PAD_ID, np.int32)
     input_ids[row, col] = self.ids[src]
@@ -468,9 +474,8 @@ def _front_removals(seed, data_epoch, ks, which, remove) -> np.ndarray:
   if not total:
     return np.zeros(n, np.int64)
   row = np.repeat(np.arange(n), remove)
-  j = np.arange(total) - np.repeat(_cumsum0(remove)[:-1], remove)
   coins = counter_rng.uniform(seed, Stream.TRUNCATION, data_epoch, ks[row],
-                              which, j)
+                              which, _ranks(remove))
   return np.bincount(row, weights=coins < 0.5, minlength=n).astype(np.int64)
 
 
