@@ -355,7 +355,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
 
     # ---- Final evaluation against the most-frequent-token baseline.
     final = evaluate(state.params)
-    token = most_frequent_token(pipeline.train_unigram_counts(prepared))
+    token = most_frequent_token(prepared.train_unigram_counts)
     final['baseline_mlm_accuracy'] = baseline_accuracy(eval_batches, token)
     writer.message(
         f'final held-out MLM accuracy {final["eval_mlm_accuracy"]:.4f}; '

@@ -36,7 +36,7 @@ TEXT_FORMATS = ('sentence_per_line', 'paragraphs', 'jsonl')
 # Annotation kinds: units for entity/phrase masking, and words.
 SPAN_KINDS = ('entity', 'phrase', 'word')
 # JSON Lines records checked by ``validate`` before any expensive work.
-_VALIDATED_JSONL_LINES = 10_000
+_VALIDATED_JSONL_RECORDS = 10_000
 
 
 class Document(list):
@@ -141,7 +141,8 @@ def _clean_with_map(text: str) -> tuple[str, np.ndarray]:
   A space that replaced a run of whitespace maps to the run's first
   character, so the map is increasing and ``searchsorted`` converts offsets.
   """
-  words = [m.span() for m in re.finditer(r'\S+', _CONTROL.sub(' ', text))]
+  text = _CONTROL.sub(' ', text)  # Same length: offsets are kept.
+  words = [m.span() for m in re.finditer(r'\S+', text)]
   if not words:
     return '', np.zeros(0, np.int64)
   pieces = []
@@ -149,7 +150,7 @@ def _clean_with_map(text: str) -> tuple[str, np.ndarray]:
     if i:
       pieces.append([words[i - 1][1]])
     pieces.append(np.arange(a, b))
-  cleaned = ' '.join(_CONTROL.sub(' ', text)[a:b] for a, b in words)
+  cleaned = ' '.join(text[a:b] for a, b in words)
   return cleaned, np.concatenate(pieces).astype(np.int64)
 
 
@@ -274,9 +275,10 @@ def _sentence_ranges(record: dict, text: str,
   # Free text: paragraphs at blank lines, then the rule-based splitter; a
   # sentence boundary inside a span is dropped (the sentences are merged).
   ranges = []
-  paragraph_starts = [0] + [m.end() for m in re.finditer(r'\n\s*\n', text)]
-  paragraph_ends = [m.start() for m in re.finditer(r'\n\s*\n', text)]
-  for p0, p1 in zip(paragraph_starts, paragraph_ends + [len(text)]):
+  breaks = [m.span() for m in re.finditer(r'\n\s*\n', text)]
+  paragraph_starts = [0] + [end for _, end in breaks]
+  paragraph_ends = [start for start, _ in breaks] + [len(text)]
+  for p0, p1 in zip(paragraph_starts, paragraph_ends):
     cleaned, offsets = _clean_with_map(text[p0:p1])
     for a, b in _sentence_bounds(cleaned):
       start, end = p0 + int(offsets[a]), p0 + int(offsets[b - 1]) + 1
@@ -492,7 +494,7 @@ def validate(spec: CorpusSpec) -> None:
     if spec.text_format == 'jsonl':
       # Parses (and so checks) the first records before any expensive work.
       documents = itertools.islice(read_text_files(spec.path, 'jsonl'),
-                                   _VALIDATED_JSONL_LINES)
+                                   _VALIDATED_JSONL_RECORDS)
       has_text = sum(1 for _ in documents) > 0
     else:
       has_text = any(clean_text(_read_text(f)) for f in files[:1000])

@@ -714,12 +714,12 @@ def mask_batch(batch: dict, config: MaskingConfig, seed: int) -> dict:
   if config.strategy == 'token':
     selected, unit_key = _select_token(candidates, budget, *counters)
   else:
-    words = _words(candidates, np.asarray(batch['word_starts'], bool))
-    if config.strategy == 'whole_word':
-      selected, unit_key = _select_whole_word(words, budget, *counters)
-    elif config.strategy == 'entity':
-      words = _words(candidates, _entity_word_starts(
-          batch, candidates, config, *counters))
+    if config.strategy == 'entity':  # Units: words, phrases or entities.
+      word_starts = _entity_word_starts(batch, candidates, config, *counters)
+    else:
+      word_starts = np.asarray(batch['word_starts'], bool)
+    words = _words(candidates, word_starts)
+    if config.strategy in ('whole_word', 'entity'):
       selected, unit_key = _select_whole_word(words, budget, *counters)
     elif config.strategy == 'ngram':
       selected, unit_key = _select_ngram(words, budget, *counters,

@@ -29,14 +29,10 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
-import hashlib
-import json
-import os
 import sys
 import threading
 from typing import Sequence
 
-from absl import logging
 import numpy as np
 
 from data_pipelines import corpus as corpus_lib
@@ -145,11 +141,6 @@ def block_slots(probabilities: Sequence[float], block_size: int
 # Preparation: one tokenizer, then each component as a single corpus.
 
 
-def _fingerprint(*parts) -> str:
-  return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()
-                        ).hexdigest()[:16]
-
-
 def _interleaved_sentences(specs: Sequence[corpus_lib.CorpusSpec]):
   """The components' sentences, one from each in turn (round-robin).
 
@@ -174,33 +165,19 @@ def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str]
                             ) -> tokenizer_lib.Tokenizer:
   """Loads ``tokenizer.model_path`` or trains one on all components.
 
-  A trained model is cached in ``data_dir/tokenizers/<key>/spm.model``, the
-  key covering every component's fingerprint and the tokenizer settings.
+  A trained model is cached like a single corpus's
+  (``pretokenize.cached_tokenizer``), keyed by every component's name and
+  fingerprint.
 
   Args:
     data_cfg: the config's ``data`` section, with a mixture.
     corpus_fingerprints: ``fingerprints(data_cfg)``.
   """
-  tok_cfg = data_cfg.tokenizer
-  if tok_cfg.model_path:
-    return tokenizer_lib.Tokenizer.load(tok_cfg.model_path)
   names = component_names(data_cfg)
-  key = _fingerprint('mixture', [[n, corpus_fingerprints[n]] for n in names],
-                     tok_cfg.vocab_size, tok_cfg.model_type,
-                     tok_cfg.max_sentences, tokenizer_lib.TRAINING_THREADS)
-  path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
-  if os.path.exists(path):
-    return tokenizer_lib.Tokenizer.load(path)
-  logging.info('Training a %s SentencePiece model of %d pieces on the '
-               'mixture %s -> %s', tok_cfg.model_type, tok_cfg.vocab_size,
-               names, path)
   specs = corpus_specs(data_cfg)
-  tokenizer = tokenizer_lib.train(
-      _interleaved_sentences([specs[n] for n in names]), tok_cfg.vocab_size,
-      tok_cfg.model_type, max_sentences=tok_cfg.max_sentences)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tokenizer.save(path)
-  return tokenizer
+  return pretokenize.cached_tokenizer(
+      data_cfg, ('mixture', [[n, corpus_fingerprints[n]] for n in names]),
+      lambda: _interleaved_sentences([specs[n] for n in names]))
 
 
 @dataclasses.dataclass
@@ -274,10 +251,8 @@ def prepare(data_cfg, num_threads: int = 0,
           corpus_fingerprint=corpus_fingerprints[name]))
     except pretokenize.DataError as e:
       raise pretokenize.DataError(f'data.mixture.{name}: {e}') from e
-  prepared = MixturePrepared(tuple(names), tuple(components), tokenizer,
-                             float(data_cfg.mixture_exponent))
-  logging.info('Corpus mixture:\n%s', prepared.summary())
-  return prepared
+  return MixturePrepared(tuple(names), tuple(components), tokenizer,
+                         float(data_cfg.mixture_exponent))
 
 
 # ---------------------------------------------------------------------------

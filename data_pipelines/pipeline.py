@@ -59,17 +59,10 @@ def instance_config(cfg) -> instances_lib.InstanceConfig:
       short_seq_prob=cfg.data.short_seq_prob)
 
 
-def train_unigram_counts(prepared: Prepared) -> np.ndarray:
-  """int64 [vocab_size]: token counts of the training split(s)."""
-  if isinstance(prepared, mixture_lib.MixturePrepared):
-    return prepared.train_unigram_counts
-  return prepared.train_index.unigram_counts
-
-
 def masking_config(cfg, prepared: Prepared) -> masking_lib.MaskingConfig:
   return masking_lib.MaskingConfig.from_config(
       cfg.masking, prepared.tokenizer.vocab_size,
-      train_unigram_counts(prepared))
+      prepared.train_unigram_counts)
 
 
 def _instances(prepared: pretokenize.PreparedData, cfg, split: str,

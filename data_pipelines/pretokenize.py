@@ -7,7 +7,8 @@ Each record is one document:
   token_ids:        int32 [num_tokens]     all sentences, concatenated
   sentence_lengths: int32 [num_sentences]  tokens per sentence
   word_starts:      bool  [num_tokens]     does the token start a word?
-  unit_labels:      int8  [num_tokens]     entity/phrase units (gazetteer.py)
+  unit_labels:      int8  [num_tokens]     entity/phrase units (gazetteer.py
+                                           or annotations.py)
 
 Next to the TFDS files, ``index-<split>.npz`` holds what instance planning
 needs without reading the documents again (sentence lengths per document)
@@ -145,11 +146,10 @@ class DocumentSource:
   ``as_data_source()[i]`` returns (tested), several times faster.
 
   It pickles (into Grain's worker processes): it holds only the TFDS
-  source, whose ArrayRecord reader reopens its files.
+  source's ArrayRecord reader, which reopens its files.
   """
 
   def __init__(self, tfds_source):
-    self._tfds_source = tfds_source
     self._records = tfds_source.data_source
 
   def __len__(self) -> int:
@@ -283,38 +283,56 @@ class PreparedData:
   eval_index: DocumentIndex
   directory: str
 
+  @property
+  def train_unigram_counts(self) -> np.ndarray:
+    """int64 [vocab_size]: token counts of the training split."""
+    return self.train_index.unigram_counts
+
 
 def _documents_fn(spec: corpus_lib.CorpusSpec):
   return lambda: corpus_lib.read_documents(spec)
 
 
-def _fingerprint(*parts) -> str:
+def cache_key(*parts) -> str:
+  """A short digest of JSON-able ``parts``: a cache directory's name."""
   return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()
                         ).hexdigest()[:16]
 
 
-def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
-                            corpus_fingerprint: str
-                            ) -> tokenizer_lib.Tokenizer:
-  """Loads ``tokenizer.model_path`` or trains one (cached in the data dir)."""
+def cached_tokenizer(data_cfg, text_key: tuple,
+                     sentences_fn: Callable[[], Iterable[str]]
+                     ) -> tokenizer_lib.Tokenizer:
+  """Loads ``tokenizer.model_path``, or trains one on ``sentences_fn()``.
+
+  A trained model is cached in ``data_dir/tokenizers/<key>/spm.model``, the
+  key covering ``text_key`` (what identifies the training text) and the
+  tokenizer settings.
+  """
   tok_cfg = data_cfg.tokenizer
   if tok_cfg.model_path:
     return tokenizer_lib.Tokenizer.load(tok_cfg.model_path)
-  key = _fingerprint(corpus_fingerprint, tok_cfg.vocab_size,
-                     tok_cfg.model_type, tok_cfg.max_sentences,
-                     tokenizer_lib.TRAINING_THREADS)
+  key = cache_key(*text_key, tok_cfg.vocab_size, tok_cfg.model_type,
+                  tok_cfg.max_sentences, tokenizer_lib.TRAINING_THREADS)
   path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
   if os.path.exists(path):
     return tokenizer_lib.Tokenizer.load(path)
   logging.info('Training a %s SentencePiece model of %d pieces -> %s',
                tok_cfg.model_type, tok_cfg.vocab_size, path)
-  sentences = (s for doc in corpus_lib.read_documents(spec) for s in doc)
   tokenizer = tokenizer_lib.train(
-      sentences, tok_cfg.vocab_size, tok_cfg.model_type,
+      sentences_fn(), tok_cfg.vocab_size, tok_cfg.model_type,
       max_sentences=tok_cfg.max_sentences)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tokenizer.save(path)
   return tokenizer
+
+
+def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
+                            corpus_fingerprint: str
+                            ) -> tokenizer_lib.Tokenizer:
+  """Loads ``tokenizer.model_path`` or trains one on the corpus (cached)."""
+  return cached_tokenizer(
+      data_cfg, (corpus_fingerprint,),
+      lambda: (s for doc in corpus_lib.read_documents(spec) for s in doc))
 
 
 def _build_index(source, vocab_size: int) -> DocumentIndex:
@@ -353,9 +371,8 @@ def prepare(data_cfg, num_threads: int = 0,
     gazetteer = gazetteer_lib.Gazetteer.load(data_cfg.gazetteer_path,
                                              tokenizer)
     gazetteer_sha = gazetteer_lib.file_sha256(data_cfg.gazetteer_path)
-  key = _fingerprint(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
-                     data_cfg.eval_fraction, data_cfg.split_seed,
-                     gazetteer_sha)
+  key = cache_key(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
+                  data_cfg.eval_fraction, data_cfg.split_seed, gazetteer_sha)
   builder = PretokenizedCorpus(
       documents_fn=_documents_fn(spec), tokenizer=tokenizer,
       eval_fraction=data_cfg.eval_fraction, split_seed=data_cfg.split_seed,

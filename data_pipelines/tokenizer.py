@@ -95,11 +95,10 @@ class Tokenizer:
     for sentence, proto in zip(sentences, self._sp.encode(
         list(sentences), return_type='proto', num_threads=num_threads)):
       ids = np.array([p.id for p in proto.pieces], np.int32)
-      byte_ends = np.array([p.end for p in proto.pieces], np.int64)
+      ends = np.array([p.end for p in proto.pieces], np.int64)  # Bytes.
       if not sentence.isascii():  # Bytes -> characters.
         char_bytes = np.array([len(c.encode()) for c in sentence], np.int64)
-        byte_ends = np.searchsorted(np.cumsum(char_bytes), byte_ends) + 1
-      ends = byte_ends
+        ends = np.searchsorted(np.cumsum(char_bytes), ends) + 1
       for i in range(len(ends) - 2, -1, -1):
         if sentence[ends[i] - 1].isspace():
           ends[i] = ends[i + 1]

@@ -135,7 +135,7 @@ def test_prepared_sizes_probabilities_and_counts(prepared):
   np.testing.assert_allclose(prepared.probabilities,
                              sizes**0.7 / (sizes**0.7).sum(), rtol=1e-12)
   np.testing.assert_array_equal(
-      pipeline.train_unigram_counts(prepared),
+      prepared.train_unigram_counts,
       sum(c.train_index.unigram_counts for c in prepared.components))
   assert all(c.tokenizer is prepared.tokenizer for c in prepared.components)
   table = prepared.summary()
