@@ -17,9 +17,12 @@ import enum
 
 import numpy as np
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+_SEED = 0x243F6A8885A308D3
+_MASK64 = (1 << 64) - 1
+_U64 = {k: np.uint64(k) for k in (11, 27, 30, 31, _GOLDEN, _M1, _M2)}
 
 
 class Stream(enum.IntEnum):
@@ -39,20 +42,56 @@ class Stream(enum.IntEnum):
   MIXTURE = 13
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
-  x = (x ^ (x >> np.uint64(30))) * _M1
-  x = (x ^ (x >> np.uint64(27))) * _M2
-  return x ^ (x >> np.uint64(31))
+def _mix_int(x: int) -> int:
+  """SplitMix64's finalizer on a Python int in [0, 2**64)."""
+  x = ((x ^ (x >> 30)) * _M1) & _MASK64
+  x = ((x ^ (x >> 27)) * _M2) & _MASK64
+  return x ^ (x >> 31)
+
+
+def _mix_(x: np.ndarray) -> np.ndarray:
+  """``_mix_int`` elementwise on a uint64 array, in place (it is returned)."""
+  shifted = x >> _U64[30]
+  x ^= shifted
+  x *= _U64[_M1]
+  np.right_shift(x, _U64[27], out=shifted)
+  x ^= shifted
+  x *= _U64[_M2]
+  np.right_shift(x, _U64[31], out=shifted)
+  x ^= shifted
+  return x
 
 
 def hash_counters(*counters) -> np.ndarray:
-  """Mixes integer counters (scalars or broadcastable arrays) into uint64."""
-  with np.errstate(over='ignore'):
-    h = np.uint64(0x243F6A8885A308D3)
-    for c in counters:
-      c = np.asarray(c).astype(np.int64).astype(np.uint64)
-      h = _mix(h + _GOLDEN + _mix(c + _GOLDEN))
-    return np.asarray(h)
+  """Mixes integer counters (scalars or broadcastable arrays) into uint64.
+
+  ``h = mix(h + GOLDEN + mix(c + GOLDEN))`` for each counter ``c`` in turn
+  (as its 64-bit two's complement), from a fixed ``h``. Scalar counters are
+  mixed as Python ints and arrays in place: the pipeline draws a few
+  thousand numbers at a time, where numpy's per-operation cost dominates.
+  """
+  h = _SEED   # A Python int until the first array counter.
+  for c in counters:
+    c = np.asarray(c)
+    if c.ndim == 0:
+      c = int(c.astype(np.int64)) & _MASK64
+      term = (_GOLDEN + _mix_int((c + _GOLDEN) & _MASK64)) & _MASK64
+      if isinstance(h, int):
+        h = _mix_int((h + term) & _MASK64)
+      else:
+        h += np.uint64(term)
+        _mix_(h)
+      continue
+    x = c.astype(np.int64, copy=False).astype(np.uint64)
+    x += _U64[_GOLDEN]
+    _mix_(x)
+    if isinstance(h, int):
+      x += np.uint64((h + _GOLDEN) & _MASK64)
+    else:
+      x = x + h   # Broadcast to the shape of both.
+      x += _U64[_GOLDEN]
+    h = _mix_(x)
+  return np.asarray(h, np.uint64)
 
 
 def uniform(*counters, num: int | None = None) -> np.ndarray:
@@ -70,7 +109,10 @@ def uniform(*counters, num: int | None = None) -> np.ndarray:
     counters = [np.asarray(c)[..., None] for c in counters]
     counters.append(np.arange(num, dtype=np.int64))
   bits = hash_counters(*counters)
-  return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+  bits >>= _U64[11]
+  u = bits.astype(np.float64)
+  u *= 1.0 / (1 << 53)
+  return u
 
 
 def randint(low, high, *counters, num: int | None = None) -> np.ndarray:

@@ -83,6 +83,11 @@ def _ranks(counts: np.ndarray) -> np.ndarray:
                                                     counts)
 
 
+# Chunk draws made at once by plan_nsp: chunks per document, and in all.
+_CHUNK_DRAW_BLOCK = 64
+_CHUNK_DRAW_CELLS = 1 << 12
+
+
 def plan_nsp(index: pretokenize.DocumentIndex, max_seq_length: int,
              short_seq_prob: float, seed: int, data_epoch: int) -> Plan:
   """BERT's chunking of every document, vectorized over documents."""
@@ -99,13 +104,22 @@ def plan_nsp(index: pretokenize.DocumentIndex, max_seq_length: int,
   columns = collections.defaultdict(list)
   active = docs[pos < doc_end]
   chunk_number = 0
+  drawn, drawn_from = np.zeros((num_docs, 0, 2)), 0
   while active.size:
     p, e, t = pos[active], doc_end[active], target[active]
     q = np.searchsorted(csum, csum[p] + t, side='left')
     q = np.clip(q, p + 1, e)
     n = q - p
-    v = counter_rng.uniform(seed, Stream.CHUNK_PLAN, data_epoch, active,
-                            chunk_number, num=2)
+    # The chunk's two draws. Once few documents remain (the long ones), the
+    # draws of several chunks come in one call, as one call per chunk would
+    # dominate; while many do, a chunk at a time bounds the memory.
+    if chunk_number - drawn_from >= drawn.shape[1]:
+      block = max(1, min(_CHUNK_DRAW_BLOCK, _CHUNK_DRAW_CELLS // active.size))
+      drawn = counter_rng.uniform(
+          seed, Stream.CHUNK_PLAN, data_epoch, active[:, None],
+          chunk_number + np.arange(block)[None, :], num=2)
+      drawn_from = chunk_number
+    v = drawn[:, chunk_number - drawn_from]
     a_len = np.where(n >= 2, 1 + np.minimum((v[:, 0] * (n - 1)).astype(
         np.int64), n - 2), 1)
     is_random = (n == 1) | (v[:, 1] < 0.5)
@@ -116,7 +130,8 @@ def plan_nsp(index: pretokenize.DocumentIndex, max_seq_length: int,
     # A random B puts the chunk's unused sentences back (BERT's i -= unused).
     nxt = np.where(is_random, p + a_len, q)
     pos[active] = nxt
-    active = active[nxt < e]
+    going_on = nxt < e
+    active, drawn = active[going_on], drawn[going_on]
     chunk_number += 1
   return _to_plan(columns)
 
@@ -423,15 +438,13 @@ class _DocumentTokens:
     np.minimum.at(lo, slot, start)
     hi = np.zeros(len(docs), np.int64)
     np.maximum.at(hi, slot, end)
-    ids, flags = [np.array([CLS_ID, SEP_ID], np.int32)], [
-        np.ones(2, np.int8)]
+    ids = [np.array([CLS_ID, SEP_ID], np.int32)]
+    word_starts, labels = [np.ones(2, bool)], [np.zeros(2, np.int8)]
     for d, a, b in zip(docs.tolist(), lo.tolist(), hi.tolist()):
       record = builder.source[d]
       ids.append(record['token_ids'][a:b])
-      f = record['word_starts'][a:b].astype(np.int8)
-      if 'unit_labels' in record:
-        f |= record['unit_labels'][a:b].astype(np.int8) << 1
-      flags.append(f)
+      word_starts.append(record['word_starts'][a:b])
+      labels.append(record['unit_labels'][a:b])
     # Buffer position of each segment's first token: the offset of its
     # document's piece (slot 0: the specials), minus where the piece starts.
     base = _cumsum0([len(x) for x in ids])[:-1] - np.concatenate([[0], lo])
@@ -439,7 +452,9 @@ class _DocumentTokens:
     segment_slot[real] = slot + 1
     self.src_start = base[segment_slot] + segments.start
     self.ids = np.concatenate(ids)
-    self.flags = np.concatenate(flags)
+    self.flags = np.concatenate(labels).astype(np.int8)
+    self.flags <<= 1
+    self.flags |= np.concatenate(word_starts)
 
   def assemble(self, segments: _Segments, num_rows: int,
                max_seq_length: int) -> dict:
