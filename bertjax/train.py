@@ -352,6 +352,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
       ckpt.save(step, state, train_iter, force=last)
     ckpt.wait()
     ckpt.close()
+    train_iter.close()   # Stops Grain's workers and frees their buffers.
 
     # ---- Final evaluation against the most-frequent-token baseline.
     final = evaluate(state.params)

@@ -59,7 +59,9 @@ def _measure(prepared, cfg, batches: int) -> float:
   tokens, start = 0, time.perf_counter()
   for batch in itertools.islice(iterator, batches):
     tokens += int(batch['attention_mask'].sum())
-  return tokens / (time.perf_counter() - start)
+  rate = tokens / (time.perf_counter() - start)
+  iterator.close()
+  return rate
 
 
 def _read_cost(prepared, repeats: int = 3) -> tuple[float, float]:
