@@ -1,6 +1,6 @@
 """Pretraining instances built on the fly from pre-tokenized documents.
 
-Two layouts:
+Three layouts:
 
 * ``nsp``: google-research/bert's ``create_instances_from_document``. Per
   document a target length (``max_seq_length - 3``, or with probability
@@ -10,6 +10,13 @@ Two layouts:
   chunk) B is replaced by sentences from a random other document and the
   unused sentences are put back for the next chunk; the pair is truncated
   from the longer side, front or back at random.
+* ``sop``: ALBERT's sentence-order prediction (google-research/albert's
+  ``create_instances_from_document`` with ``random_next_sentence=False``).
+  Chunks and their A/B split are BERT's, from the same draws; with
+  probability 0.5 a chunk's A and B are swapped (label 1, wrong order) and
+  otherwise kept in order (label 0); the whole chunk is used either way. A
+  one-sentence chunk has no B of its own: as in NSP it takes a random B from
+  another document, labelled 1.
 * ``full_sentences``: RoBERTa's FULL-SENTENCES. Whole sentences are packed
   contiguously, across document boundaries (a [SEP] marks each boundary), up
   to ``max_seq_length - 2`` tokens; no NSP.
@@ -20,9 +27,9 @@ materialized. All randomness is counter-based on (seed, data epoch, ...), so
 an instance is a pure function of its index: Grain can fetch it from any
 worker on any host, and a resumed run rebuilds exactly the same one.
 
-Departure from google-research/bert: a random B is drawn from a document
-different from A's in one draw (the reference tries 10 times and may fall back
-to the same document).
+Departure from google-research/bert and albert: a random B is drawn from a
+document different from A's in one draw (the references try 10 times and may
+fall back to the same document).
 """
 
 from __future__ import annotations
@@ -40,7 +47,9 @@ from data_pipelines import pretokenize
 from data_pipelines.counter_rng import Stream
 from data_pipelines.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
-LAYOUTS = ('nsp', 'full_sentences')
+LAYOUTS = ('nsp', 'sop', 'full_sentences')
+# Layouts of sentence pairs, [CLS] A [SEP] B [SEP], labelled per pair.
+_PAIR_LAYOUTS = ('nsp', 'sop')
 # Packing lanes: the sentence stream is packed in independent lanes of about
 # this many instances each, so planning is a vectorized loop; each lane's last
 # instance may be short (about 1 / (2 * _INSTANCES_PER_LANE) waste).
@@ -60,7 +69,8 @@ class Plan:
 
   Global sentence indices refer to ``DocumentIndex.sentence_lengths``.
   A is sentences [start, a_end); B is [a_end, end) unless ``is_random``.
-  For ``full_sentences``, the instance is [start, end) and may span documents.
+  ``swapped`` (SOP only) lays B out before A. For ``full_sentences``, the
+  instance is [start, end) and may span documents.
   """
   document: np.ndarray     # int64 [N]
   start: np.ndarray        # int64 [N]
@@ -68,6 +78,7 @@ class Plan:
   end: np.ndarray          # int64 [N]
   is_random: np.ndarray    # bool  [N]
   target_length: np.ndarray  # int64 [N]
+  swapped: np.ndarray      # bool  [N]
 
   def __len__(self) -> int:
     return len(self.start)
@@ -83,14 +94,30 @@ def _ranks(counts: np.ndarray) -> np.ndarray:
                                                     counts)
 
 
-# Chunk draws made at once by plan_nsp: chunks per document, and in all.
+# Chunk draws made at once by _plan_pairs: chunks per document, and in all.
 _CHUNK_DRAW_BLOCK = 64
 _CHUNK_DRAW_CELLS = 1 << 12
 
 
 def plan_nsp(index: pretokenize.DocumentIndex, max_seq_length: int,
              short_seq_prob: float, seed: int, data_epoch: int) -> Plan:
-  """BERT's chunking of every document, vectorized over documents."""
+  """BERT's NSP pairs of every document, vectorized over documents."""
+  return _plan_pairs(index, max_seq_length, short_seq_prob, seed, data_epoch,
+                     sentence_order=False)
+
+
+def plan_sop(index: pretokenize.DocumentIndex, max_seq_length: int,
+             short_seq_prob: float, seed: int, data_epoch: int) -> Plan:
+  """ALBERT's SOP pairs of every document: BERT's chunks, from the same
+  draws, with the coin that NSP uses for a random B deciding a swap."""
+  return _plan_pairs(index, max_seq_length, short_seq_prob, seed, data_epoch,
+                     sentence_order=True)
+
+
+def _plan_pairs(index: pretokenize.DocumentIndex, max_seq_length: int,
+                short_seq_prob: float, seed: int, data_epoch: int,
+                sentence_order: bool) -> Plan:
+  """BERT's chunking of every document; NSP or (``sentence_order``) SOP."""
   max_num_tokens = max_seq_length - 3
   csum = _cumsum0(index.sentence_lengths)
   num_docs = index.num_documents
@@ -122,10 +149,16 @@ def plan_nsp(index: pretokenize.DocumentIndex, max_seq_length: int,
     v = drawn[:, chunk_number - drawn_from]
     a_len = np.where(n >= 2, 1 + np.minimum((v[:, 0] * (n - 1)).astype(
         np.int64), n - 2), 1)
-    is_random = (n == 1) | (v[:, 1] < 0.5)
+    coin = v[:, 1] < 0.5
+    if sentence_order:
+      # Only a one-sentence chunk lacks a B of its own.
+      is_random, swapped = n == 1, (n >= 2) & coin
+    else:
+      is_random, swapped = (n == 1) | coin, np.zeros(len(n), bool)
     for name, value in (('document', active), ('start', p),
                         ('a_end', p + a_len), ('end', q),
-                        ('is_random', is_random), ('target_length', t)):
+                        ('is_random', is_random), ('target_length', t),
+                        ('swapped', swapped)):
       columns[name].append(value)
     # A random B puts the chunk's unused sentences back (BERT's i -= unused).
     nxt = np.where(is_random, p + a_len, q)
@@ -167,6 +200,7 @@ def plan_full_sentences(index: pretokenize.DocumentIndex,
   columns['a_end'] = columns['end']
   columns['is_random'] = [np.zeros(n, bool)]
   columns['target_length'] = [np.full(n, max_num_tokens, np.int64)]
+  columns['swapped'] = [np.zeros(n, bool)]
   return _to_plan(columns)
 
 
@@ -218,8 +252,9 @@ class InstanceBuilder(TransientAttributes):
                config: InstanceConfig, seed: int):
     if config.layout not in LAYOUTS:
       raise ValueError(f'data.layout={config.layout!r}; use one of {LAYOUTS}.')
-    if config.layout == 'nsp' and index.num_documents < 2:
-      raise ValueError('data.layout="nsp" draws negatives from other '
+    # SOP too: its one-sentence chunks take B from another document.
+    if config.layout in _PAIR_LAYOUTS and index.num_documents < 2:
+      raise ValueError(f'data.layout="{config.layout}" draws B from other '
                        f'documents; the split has {index.num_documents}.')
     self.source = source
     self.index = index
@@ -234,9 +269,10 @@ class InstanceBuilder(TransientAttributes):
     """The plan of one data epoch (cached; thread-safe)."""
     with self._lock:
       if data_epoch not in self._plans:
-        if self.config.layout == 'nsp':
-          plan = plan_nsp(self.index, self.config.max_seq_length,
-                          self.config.short_seq_prob, self.seed, data_epoch)
+        if self.config.layout in _PAIR_LAYOUTS:
+          plan_pairs = plan_nsp if self.config.layout == 'nsp' else plan_sop
+          plan = plan_pairs(self.index, self.config.max_seq_length,
+                            self.config.short_seq_prob, self.seed, data_epoch)
         else:  # Packing is deterministic: every epoch has the same plan.
           plan = self._plans.get(0) or plan_full_sentences(
               self.index, self.config.max_seq_length)
@@ -260,8 +296,8 @@ class InstanceBuilder(TransientAttributes):
       ``next_sentence_label`` (int32 [n]).
     """
     ks = np.asarray(ks, np.int64)
-    if self.config.layout == 'nsp':
-      segments, labels = self._nsp_segments(plan, ks, data_epoch)
+    if self.config.layout in _PAIR_LAYOUTS:
+      segments, labels = self._pair_segments(plan, ks, data_epoch)
     else:
       segments = self._packed_segments(plan, ks)
       labels = np.zeros(len(ks), np.int32)
@@ -284,8 +320,10 @@ class InstanceBuilder(TransientAttributes):
     """Offset of global sentence ``sentence`` in document ``doc``'s tokens."""
     return self._csum[sentence] - self._csum[self.index.document_offsets[doc]]
 
-  def _nsp_segments(self, plan: Plan, ks: np.ndarray, data_epoch: int):
-    """[CLS] A [SEP] B [SEP] per instance, after BERT's pair truncation."""
+  def _pair_segments(self, plan: Plan, ks: np.ndarray, data_epoch: int):
+    """[CLS] A [SEP] B [SEP] per instance (B before A where ``swapped``),
+    after BERT's pair truncation; and the labels: 1 for a random or a
+    swapped B."""
     seed, offsets, csum = self.seed, self.index.document_offsets, self._csum
     doc = plan.document[ks]
     start, a_end = plan.start[ks], plan.a_end[ks]
@@ -304,24 +342,34 @@ class InstanceBuilder(TransientAttributes):
     b_doc = np.where(is_random, r, doc)
     b_start = np.where(is_random, r_start, a_end)
     b_end = np.where(is_random, r_end, plan.end[ks])
-    len_b = csum[b_end] - csum[b_start]
-    remove_a, remove_b = truncation_counts(len_a, len_b,
-                                           self.config.max_seq_length - 3)
-    front_a = _front_removals(seed, data_epoch, ks, 0, remove_a)
-    front_b = _front_removals(seed, data_epoch, ks, 1, remove_b)
+    # SOP's wrong order lays B out first. ALBERT swaps before truncating, so
+    # the truncation and its front/back coins see B as the first segment. A
+    # swapped pair is never random: both segments are in ``doc``.
+    swapped = plan.swapped[ks]
+    first_start = np.where(swapped, b_start, start)
+    first_end = np.where(swapped, b_end, a_end)
+    second_start = np.where(swapped, start, b_start)
+    second_end = np.where(swapped, a_end, b_end)
+    len_first = csum[first_end] - csum[first_start]
+    len_second = csum[second_end] - csum[second_start]
+    remove_first, remove_second = truncation_counts(
+        len_first, len_second, self.config.max_seq_length - 3)
+    front_first = _front_removals(seed, data_epoch, ks, 0, remove_first)
+    front_second = _front_removals(seed, data_epoch, ks, 1, remove_second)
     n = len(ks)
     one = np.ones(n, np.int64)
     segments = _Segments.from_rows(
         doc=np.stack([-one, doc, -one, b_doc, -one], 1),
         start=np.stack([np.full(n, _CLS),
-                        self._token_offset(start, doc) + front_a,
+                        self._token_offset(first_start, doc) + front_first,
                         np.full(n, _SEP),
-                        self._token_offset(b_start, b_doc) + front_b,
+                        self._token_offset(second_start, b_doc)
+                        + front_second,
                         np.full(n, _SEP)], 1),
-        length=np.stack([one, len_a - remove_a, one, len_b - remove_b, one],
-                        1),
+        length=np.stack([one, len_first - remove_first, one,
+                         len_second - remove_second, one], 1),
         token_type=np.broadcast_to(np.array([0, 0, 0, 1, 1]), (n, 5)))
-    return segments, is_random.astype(np.int32)
+    return segments, (is_random | swapped).astype(np.int32)
 
   def _packed_segments(self, plan: Plan, ks: np.ndarray):
     """[CLS] doc [SEP] doc ... [SEP]: a piece of each document the instance
