@@ -32,6 +32,7 @@ DEFAULT_RULES = (
     ('act_predictions', None),
     ('vocab', 'tensor'),
     ('embed', 'fsdp'),
+    ('factor', None),                 # ALBERT's embedding width E: small.
     ('mlp', 'tensor'),
     ('heads', 'tensor'),
     ('kv', None),
@@ -89,6 +90,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.num_layers = 0
   c.model.num_heads = 0
   c.model.intermediate_size = 0
+  c.model.embedding_size = 0      # ALBERT's E; 0 = hidden_size (no projection).
+  c.model.num_layer_groups = 0    # ALBERT's sharing: 1 = all layers share
+                                  # one set of weights; 0 = none shared.
   c.model.max_position_embeddings = 512
   c.model.type_vocab_size = 2
   c.model.hidden_dropout_rate = 0.1
@@ -145,7 +149,7 @@ def base_config() -> ml_collections.ConfigDict:
                                       # drifts further from its setting.
 
   c.optimizer = ml_collections.ConfigDict()
-  c.optimizer.name = 'bert_adamw'     # bert_adamw | adamw
+  c.optimizer.name = 'bert_adamw'     # bert_adamw | adamw | lamb (ALBERT)
   c.optimizer.schedule = 'bert_linear'
   c.optimizer.learning_rate = 1e-4
   c.optimizer.warmup_steps = 10_000
@@ -235,6 +239,7 @@ def model_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
       m.size, vocab_size=vocab_size,
       max_position_embeddings=m.max_position_embeddings,
       type_vocab_size=m.type_vocab_size,
+      embedding_size=m.embedding_size, num_layer_groups=m.num_layer_groups,
       hidden_dropout_rate=m.hidden_dropout_rate,
       attention_dropout_rate=m.attention_dropout_rate,
       dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
@@ -279,10 +284,18 @@ def validate(cfg) -> None:
          f'model.size={m.size!r}; use one of {sorted(bert_lib.SIZES)}.',
          errors)
   if m.size in bert_lib.SIZES:
-    _, hidden, heads = bert_lib.SIZES[m.size]
+    layers, hidden, heads = bert_lib.SIZES[m.size]
+    layers = m.num_layers or layers
     hidden, heads = m.hidden_size or hidden, m.num_heads or heads
     _check(hidden % heads == 0, f'model.hidden_size={hidden} must be '
            f'divisible by model.num_heads={heads}.', errors)
+    _check(0 <= m.num_layer_groups <= layers,
+           f'model.num_layer_groups={m.num_layer_groups} must be in [0, '
+           f'{layers}] (the number of layers): 0 shares nothing, 1 shares '
+           'one set of weights across all layers.', errors)
+  _check(m.embedding_size >= 0,
+         f'model.embedding_size={m.embedding_size} must be >= 0 (0 = the '
+         'hidden size, no factorization).', errors)
   _check(m.dtype in ('float32', 'bfloat16'),
          f'model.dtype={m.dtype!r}; use float32 or bfloat16.', errors)
   _check(m.param_dtype in ('float32', 'bfloat16'),

@@ -13,6 +13,12 @@ measured from step 0, so the lr drops slightly at t = W).
 
 ``adamw`` is Optax's standard AdamW (bias-corrected) with the same decay mask,
 for comparison.
+
+``lamb`` is ALBERT's LAMB (You et al., 2020, as google-research/albert's
+``lamb_optimizer.py``): the same raw moments and decay, then each decayed
+weight's update is rescaled by the trust ratio ``||param|| / ||update||``
+(1 where either norm is 0); biases and LayerNorm parameters are excluded
+from both the decay and the adaptation, as albert does by default.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ('bert_adamw', 'adamw')
+OPTIMIZERS = ('bert_adamw', 'adamw', 'lamb')
 SCHEDULES = ('bert_linear', 'warmup_linear')
 
 
@@ -106,7 +112,7 @@ def make_optimizer(cfg) -> tuple[optax.GradientTransformation,
   """The optimizer named by ``cfg.optimizer.name`` and its schedule."""
   o = cfg.optimizer
   schedule = make_schedule(cfg)
-  if o.name == 'bert_adamw':
+  if o.name in ('bert_adamw', 'lamb'):
     scale = scale_by_adam_no_bias_correction(o.b1, o.b2, o.eps)
   elif o.name == 'adamw':
     scale = optax.scale_by_adam(o.b1, o.b2, o.eps)
@@ -118,5 +124,7 @@ def make_optimizer(cfg) -> tuple[optax.GradientTransformation,
   parts.append(scale)
   if o.weight_decay:
     parts.append(optax.add_decayed_weights(o.weight_decay, mask=decay_mask))
+  if o.name == 'lamb':
+    parts.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
   parts.append(optax.scale_by_learning_rate(schedule))
   return optax.chain(*parts), schedule

@@ -1,12 +1,17 @@
 """The BERT encoder and its pretraining heads, in Flax Linen.
 
 Post-LayerNorm Transformer encoder with learned positions and token types
-(Devlin et al., 2019). Every parameter carries logical axis names and every
+(Devlin et al., 2019), with ALBERT's options (Lan et al., 2020, Sec. 3.1):
+a factorized embedding (vocabulary embedded in E dimensions, projected to
+the model width H) and cross-layer parameter sharing (all layers, or
+groups of consecutive layers, share one set of weights). Every parameter carries logical axis names and every
 activation is constrained at layer boundaries; the rules that map logical
 names to mesh axes live in the experiment config, never here.
 
-Logical names. Parameters: ``vocab``, ``embed``, ``pos``, ``types``,
-``heads``, ``kv``, ``qkv`` (the fused Q/K/V axis), ``mlp``, ``classes``.
+Logical names. Parameters: ``vocab``, ``embed``, ``factor`` (ALBERT's
+factorized embedding width E, where it differs from the model width),
+``pos``, ``types``, ``heads``, ``kv``, ``qkv`` (the fused Q/K/V axis),
+``mlp``, ``classes``.
 Activations: ``act_batch``, ``act_len``, ``act_embed``, ``act_heads``,
 ``act_kv``, ``act_mlp``, ``act_vocab``, ``act_predictions``.
 
@@ -46,6 +51,12 @@ class BertConfig:
   intermediate_size: int = 3072
   max_position_embeddings: int = 512
   type_vocab_size: int = 2
+  # ALBERT: embedding width E (0 = hidden_size, no projection), and the
+  # number of distinct layers, each shared by consecutive layers (0 = none
+  # shared; 1 = ALBERT's all-shared default). Layer i uses group
+  # floor(i * groups / num_layers), as albert's modeling.py.
+  embedding_size: int = 0
+  num_layer_groups: int = 0
   hidden_dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
   layer_norm_epsilon: float = 1e-12
@@ -69,6 +80,27 @@ class BertConfig:
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
 
+  @property
+  def factorized(self) -> bool:
+    """Whether embeddings are E-wide and projected to H (ALBERT)."""
+    return bool(self.embedding_size) and (
+        self.embedding_size != self.hidden_size)
+
+  @property
+  def embedding_width(self) -> int:
+    return self.embedding_size if self.factorized else self.hidden_size
+
+  @property
+  def embedding_axis(self) -> str:
+    """Logical name of the embedding width: ``factor`` when it is E."""
+    return 'factor' if self.factorized else 'embed'
+
+  def layer_group(self, layer: int) -> int:
+    """The parameter set of ``layer`` (itself when nothing is shared)."""
+    if not self.num_layer_groups:
+      return layer
+    return layer * self.num_layer_groups // self.num_layers
+
 
 def _init(cfg: BertConfig, names: tuple[str | None, ...]):
   return nn.with_logical_partitioning(
@@ -89,13 +121,14 @@ def _constrain(x, *names):
 
 class LayerNorm(nn.Module):
   cfg: BertConfig
+  axis: str = 'embed'   # Logical name of the normalized axis.
 
   @nn.compact
   def __call__(self, x):
     return nn.LayerNorm(
         epsilon=self.cfg.layer_norm_epsilon, dtype=self.cfg.dtype,
-        param_dtype=self.cfg.param_dtype, scale_init=_ones(('embed',)),
-        bias_init=_zeros(('embed',)))(x)
+        param_dtype=self.cfg.param_dtype, scale_init=_ones((self.axis,)),
+        bias_init=_zeros((self.axis,)))(x)
 
 
 def _gelu(cfg: BertConfig, x):
@@ -103,32 +136,42 @@ def _gelu(cfg: BertConfig, x):
 
 
 class Embeddings(nn.Module):
-  """Word + position + token-type embeddings, LayerNorm, dropout."""
+  """Word + position + token-type embeddings, LayerNorm, dropout; with
+  ``cfg.factorized``, all E-wide and then projected to H (ALBERT)."""
   cfg: BertConfig
 
   def setup(self):
     cfg = self.cfg
-    self.word = nn.Embed(cfg.vocab_size, cfg.hidden_size,
-                         embedding_init=_init(cfg, ('vocab', 'embed')),
+    width, axis = cfg.embedding_width, cfg.embedding_axis
+    self.word = nn.Embed(cfg.vocab_size, width,
+                         embedding_init=_init(cfg, ('vocab', axis)),
                          param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    self.position = nn.Embed(cfg.max_position_embeddings, cfg.hidden_size,
-                             embedding_init=_init(cfg, ('pos', 'embed')),
+    self.position = nn.Embed(cfg.max_position_embeddings, width,
+                             embedding_init=_init(cfg, ('pos', axis)),
                              param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    self.token_type = nn.Embed(cfg.type_vocab_size, cfg.hidden_size,
-                               embedding_init=_init(cfg, ('types', 'embed')),
+    self.token_type = nn.Embed(cfg.type_vocab_size, width,
+                               embedding_init=_init(cfg, ('types', axis)),
                                param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    self.layer_norm = LayerNorm(cfg)
+    self.layer_norm = LayerNorm(cfg, axis)
     self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
+    if cfg.factorized:
+      self.projection = nn.Dense(
+          cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+          kernel_init=_init(cfg, ('factor', 'embed')),
+          bias_init=_zeros(('embed',)))
 
   def __call__(self, input_ids, token_type_ids, deterministic: bool):
     positions = jnp.arange(input_ids.shape[1])[None, :]
     x = (self.word(input_ids) + self.position(positions)
          + self.token_type(token_type_ids))
     x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+    if self.cfg.factorized:
+      x = self.projection(x)
     return _constrain(x, 'act_batch', 'act_len', 'act_embed')
 
   def attend(self, x):
-    """Logits against the word embeddings (the tied MLM decoder)."""
+    """Logits against the word embeddings (the tied MLM decoder); ``x`` is
+    ``cfg.embedding_width`` wide."""
     return self.word.attend(x)
 
 
@@ -223,17 +266,21 @@ class BertForPreTraining(nn.Module):
   def setup(self):
     cfg = self.cfg
     self.embeddings = Embeddings(cfg)
-    self.layers = [EncoderLayer(cfg, name=f'layer_{i}')
-                   for i in range(cfg.num_layers)]
+    # With sharing, one module per group, called by each of its layers.
+    distinct = cfg.num_layer_groups or cfg.num_layers
+    groups = [EncoderLayer(cfg, name=f'layer_{g}') for g in range(distinct)]
+    self.layers = [groups[cfg.layer_group(i)] for i in range(cfg.num_layers)]
     self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
                            param_dtype=cfg.param_dtype,
                            kernel_init=_init(cfg, ('embed', 'mlp')),
                            bias_init=_zeros(('mlp',)))
-    self.mlm_transform = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
-                                  param_dtype=cfg.param_dtype,
-                                  kernel_init=_init(cfg, ('embed', 'mlp')),
-                                  bias_init=_zeros(('mlp',)))
-    self.mlm_norm = LayerNorm(cfg)
+    # The transform maps H to the embedding width, for the tied decoder.
+    self.mlm_transform = nn.Dense(
+        cfg.embedding_width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+        kernel_init=_init(cfg, ('embed', 'factor' if cfg.factorized
+                                else 'mlp')),
+        bias_init=_zeros(('factor' if cfg.factorized else 'mlp',)))
+    self.mlm_norm = LayerNorm(cfg, cfg.embedding_axis)
     self.mlm_bias = self.param('mlm_output_bias', _zeros(('vocab',)),
                                (cfg.vocab_size,), cfg.param_dtype)
     self.nsp = nn.Dense(2, dtype=cfg.dtype, param_dtype=cfg.param_dtype,

@@ -47,8 +47,10 @@ def test_decay_mask_excludes_layer_norm_and_bias():
 
 
 def _reference_bert_adam(params, grads_seq, lr_fn, b1=0.9, b2=0.999,
-                         eps=1e-6, wd=0.01, clip=1.0):
-  """A direct numpy transcription of AdamWeightDecayOptimizer + clipping."""
+                         eps=1e-6, wd=0.01, clip=1.0, lamb=False):
+  """A direct numpy transcription of AdamWeightDecayOptimizer + clipping;
+  with ``lamb``, of albert's LAMBOptimizer (the trust ratio on the same
+  weights that decay)."""
   params = {k: np.array(v, np.float64) for k, v in params.items()}
   m = {k: np.zeros_like(v) for k, v in params.items()}
   v = {k: np.zeros_like(x) for k, x in params.items()}
@@ -61,9 +63,13 @@ def _reference_bert_adam(params, grads_seq, lr_fn, b1=0.9, b2=0.999,
       m[k] = b1 * m[k] + (1 - b1) * g
       v[k] = b2 * v[k] + (1 - b2) * g * g
       update = m[k] / (np.sqrt(v[k]) + eps)
+      ratio = 1.0
       if k == 'kernel':  # Decay only for non-bias, non-LayerNorm weights.
         update = update + wd * params[k]
-      params[k] = params[k] - lr * update
+        w_norm, u_norm = np.linalg.norm(params[k]), np.linalg.norm(update)
+        if lamb and w_norm > 0 and u_norm > 0:
+          ratio = w_norm / u_norm
+      params[k] = params[k] - ratio * lr * update
   return params
 
 
@@ -84,6 +90,30 @@ def test_bert_adamw_matches_reference_transcription():
   for k in params:
     np.testing.assert_allclose(np.asarray(p[k]), expected[k], rtol=1e-5,
                                atol=1e-7)
+
+
+def test_lamb_matches_albert_transcription():
+  cfg = _cfg(name='lamb')
+  tx, schedule = optim.make_optimizer(cfg)
+  rng = np.random.default_rng(1)
+  params = {'kernel': rng.normal(size=(4, 3)), 'bias': rng.normal(size=(3,))}
+  grads_seq = [{k: rng.normal(size=v.shape) * (3.0 if t % 2 else 0.1)
+                for k, v in params.items()} for t in range(15)]
+  state = tx.init(jax.tree.map(jnp.asarray, params))
+  p = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+  for grads in grads_seq:
+    updates, state = tx.update(jax.tree.map(jnp.asarray, grads), state, p)
+    p = optax.apply_updates(p, updates)
+  expected = _reference_bert_adam(
+      params, grads_seq, lambda t: float(schedule(t)), lamb=True)
+  without = _reference_bert_adam(
+      params, grads_seq, lambda t: float(schedule(t)))
+  for k in params:
+    np.testing.assert_allclose(np.asarray(p[k]), expected[k], rtol=1e-5,
+                               atol=1e-7)
+  # The trust ratio changed the kernel, and only the kernel.
+  assert not np.allclose(expected['kernel'], without['kernel'], rtol=1e-3)
+  np.testing.assert_allclose(expected['bias'], without['bias'])
 
 
 def test_no_bias_correction_first_step():
