@@ -122,7 +122,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.gazetteer_path = ''          # Entities/phrases for 'entity' masking.
   c.data.eval_fraction = 0.01
   c.data.split_seed = 0
-  c.data.layout = 'nsp'               # nsp | full_sentences
+  c.data.layout = 'nsp'               # nsp | sop (ALBERT) | full_sentences
   c.data.max_seq_length = 128
   c.data.short_seq_prob = 0.1
   c.data.dupe_factor = 10             # Static masking: versions of the data.

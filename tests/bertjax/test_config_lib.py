@@ -216,3 +216,41 @@ def test_mixture_preset_needs_the_files_path(tmp_path, arg):
   (tmp_path / 'text.txt').write_text('One sentence.\n')
   c.data.mixture.files.path = str(tmp_path / 'text.txt')
   config_lib.validate(c)
+
+
+@pytest.mark.parametrize('size, layers, hidden, heads, ffn', [
+    ('base', 12, 768, 12, 3072), ('large', 24, 1024, 16, 4096)])
+def test_albert_preset_is_paper_exact(size, layers, hidden, heads, ffn):
+  c = _load('albert').get_config(f'size={size}')
+  config_lib.validate(c)
+  m = c.model
+  assert (m.num_layers, m.hidden_size, m.num_heads, m.intermediate_size,
+          m.embedding_size, m.num_layer_groups, m.hidden_dropout_rate,
+          m.attention_dropout_rate) == (layers, hidden, heads, ffn, 128, 1,
+                                        0.0, 0.0)
+  assert (c.data.layout, c.data.max_seq_length, c.data.short_seq_prob,
+          c.data.tokenizer.vocab_size) == ('sop', 512, 0.1, 30_000)
+  assert (c.masking.strategy, c.masking.max_ngram,
+          c.masking.max_predictions_per_seq) == ('ngram', 3, 20)
+  o = c.optimizer
+  assert (o.name, o.learning_rate, o.warmup_steps, o.weight_decay, o.eps,
+          o.grad_clip_norm, c.batch_size, c.total_steps) == (
+              'lamb', 0.00176, 3125, 0.01, 1e-6, 1.0, 4096, 125_000)
+
+
+def test_albert_base_preset_has_the_papers_12m_parameters():
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from bertjax.models import bert  # pylint: disable=g-import-not-at-top
+  from data_pipelines import tokenizer  # pylint: disable=g-import-not-at-top
+  c = _load('albert').get_config('size=base')
+  vocab = tokenizer.padded_vocab_size(c.data.tokenizer.vocab_size)
+  model = bert.BertForPreTraining(config_lib.model_config(c, vocab))
+  ids = jnp.zeros((1, 8), jnp.int32)
+  shapes = jax.eval_shape(lambda: model.init(
+      jax.random.key(0), ids, ids, ids, jnp.zeros((1, 2), jnp.int32)))
+  count = sum(int(np.prod(x.shape))
+              for x in jax.tree.leaves(nn.unbox(shapes['params'])))
+  assert abs(count - 12e6) <= 0.02 * 12e6, count

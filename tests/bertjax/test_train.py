@@ -1,6 +1,8 @@
 """End-to-end runs of the real entry point on a tiny model and corpus."""
 
+import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -241,3 +243,38 @@ def test_masking_audit_fails_before_training(data_dir, tmp_path):
   with pytest.raises(ValueError, match='masking audit failed on the eval'):
     train.train_and_evaluate(cfg, str(tmp_path / 'run'))
   assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.e2e
+def test_albert_preset_trains_with_its_own_pieces(data_dir, tmp_path):
+  """ALBERT's preset at a tiny size: SOP pairs, n-gram masking, factorized
+  embedding, one shared layer and LAMB train end to end."""
+  spec = importlib.util.spec_from_file_location(
+      'albert', os.path.join(REPO, 'experiments', 'configs', 'albert.py'))
+  albert = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(albert)
+  cfg = albert.get_config('size=base')
+  demo = _config(data_dir)
+  cfg.data.corpus = demo.data.corpus
+  for key, value in {**TINY, 'data.data_dir': str(data_dir),
+                     'model.num_layers': 3, 'model.embedding_size': 16,
+                     'total_steps': 4, 'log_every_steps': 2,
+                     'eval_every_steps': 4, 'checkpoint_every_steps': 4,
+                     'optimizer.learning_rate': 1e-3}.items():
+    *parents, leaf = key.split('.')
+    section = cfg
+    for p in parents:
+      section = section[p]
+    section[leaf] = value
+  workdir = str(tmp_path / 'albert')
+  final = train.train_and_evaluate(cfg, workdir)
+  records = _read_jsonl(workdir)
+  assert [r['step'] for r in records] == [2, 4]
+  assert all(math.isfinite(r['loss']) and 'nsp_accuracy' in r
+             for r in records)
+  assert records[-1]['masking_unit_length_mean'] > 1   # n-grams, not tokens.
+  assert 0 <= final['eval_mlm_accuracy'] <= 1
+  with open(os.path.join(workdir, train._RUN_META)) as f:
+    saved = json.load(f)['config']
+  assert (saved['optimizer']['name'], saved['data']['layout'],
+          saved['model']['num_layer_groups']) == ('lamb', 'sop', 1)
