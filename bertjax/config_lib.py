@@ -93,6 +93,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.embedding_size = 0      # ALBERT's E; 0 = hidden_size (no projection).
   c.model.num_layer_groups = 0    # ALBERT's sharing: 1 = all layers share
                                   # one set of weights; 0 = none shared.
+  c.model.sbo_positions = 200     # SBO head's relative positions (SpanBERT);
+                                  # the head exists when sbo_weight > 0.
   c.model.max_position_embeddings = 512
   c.model.type_vocab_size = 2
   c.model.hidden_dropout_rate = 0.1
@@ -103,6 +105,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.objective = ml_collections.ConfigDict()
   c.objective.mlm_weight = 1.0
   c.objective.nsp_weight = 1.0    # 0 disables NSP (e.g. full_sentences).
+  c.objective.sbo_weight = 0.0    # SpanBERT's span boundary objective.
 
   c.data = ml_collections.ConfigDict()
   c.data.corpus = corpus_config()
@@ -240,6 +243,7 @@ def model_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
       max_position_embeddings=m.max_position_embeddings,
       type_vocab_size=m.type_vocab_size,
       embedding_size=m.embedding_size, num_layer_groups=m.num_layer_groups,
+      sbo_positions=m.sbo_positions if cfg.objective.sbo_weight else 0,
       hidden_dropout_rate=m.hidden_dropout_rate,
       attention_dropout_rate=m.attention_dropout_rate,
       dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
@@ -326,6 +330,13 @@ def validate(cfg) -> None:
          '>= 0 (0 = no worker processes).', errors)
   _check(d.num_threads >= 1, f'data.num_threads={d.num_threads} must be '
          '>= 1.', errors)
+  _check(cfg.objective.sbo_weight >= 0,
+         f'objective.sbo_weight={cfg.objective.sbo_weight} must be >= 0.',
+         errors)
+  _check(not cfg.objective.sbo_weight or m.sbo_positions >= 1,
+         f'model.sbo_positions={m.sbo_positions}: the span boundary head '
+         '(objective.sbo_weight > 0) needs at least one relative position; '
+         'SpanBERT uses 200.', errors)
   _check(d.layout != 'full_sentences' or not cfg.objective.nsp_weight,
          'data.layout="full_sentences" has no sentence pairs: set '
          'objective.nsp_weight=0.', errors)

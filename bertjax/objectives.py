@@ -41,9 +41,16 @@ def next_sentence(logits: jax.Array, labels: jax.Array):
   }
 
 
+def span_boundary(logits: jax.Array, labels: jax.Array, weights: jax.Array):
+  """SpanBERT's SBO loss: the MLM loss of the span boundary predictions
+  (same targets and weights as MLM), under its own metric names."""
+  loss, metrics = masked_lm(logits, labels, weights)
+  return loss, {k.replace('mlm_', 'sbo_'): v for k, v in metrics.items()}
+
+
 def bert_pretraining(outputs: dict, batch: dict, mlm_weight: float = 1.0,
-                     nsp_weight: float = 1.0):
-  """MLM + NSP, weighted. NSP is skipped entirely when its weight is 0."""
+                     nsp_weight: float = 1.0, sbo_weight: float = 0.0):
+  """MLM + NSP (or SOP) + SBO, weighted; a loss of weight 0 is skipped."""
   mlm_loss, metrics = masked_lm(outputs['mlm_logits'], batch['masked_ids'],
                                 batch['masked_weights'])
   loss = mlm_weight * mlm_loss
@@ -52,13 +59,18 @@ def bert_pretraining(outputs: dict, batch: dict, mlm_weight: float = 1.0,
                                           batch['next_sentence_labels'])
     loss = loss + nsp_weight * nsp_loss
     metrics.update(nsp_metrics)
+  if sbo_weight:
+    sbo_loss, sbo_metrics = span_boundary(
+        outputs['sbo_logits'], batch['masked_ids'], batch['masked_weights'])
+    loss = loss + sbo_weight * sbo_loss
+    metrics.update(sbo_metrics)
   return loss, metrics
 
 
 def summarize(sums: dict) -> dict:
-  """Turns summed metrics into means: mlm_loss, mlm_accuracy, nsp_*."""
+  """Turns summed metrics into means: mlm_loss, mlm_accuracy, nsp_*, sbo_*."""
   out = {}
-  for name in ('mlm', 'nsp'):
+  for name in ('mlm', 'nsp', 'sbo'):
     count = sums.get(f'{name}_count')
     if count:
       out[f'{name}_loss'] = float(sums[f'{name}_loss_sum']) / float(count)

@@ -233,8 +233,8 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
              in global_spec.items()}
     params = model.init(jax.random.fold_in(root_key, _MODEL_KEY),
                         dummy['input_ids'], dummy['token_type_ids'],
-                        dummy['attention_mask'], dummy['masked_positions']
-                        )['params']
+                        dummy['attention_mask'], dummy['masked_positions'],
+                        dummy['masked_unit_start'])['params']
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=tx.init(params))
 
@@ -242,10 +242,12 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     outputs = model.apply(
         {'params': params}, batch['input_ids'], batch['token_type_ids'],
         batch['attention_mask'], batch['masked_positions'],
+        batch['masked_unit_start'],
         deterministic=dropout_key is None,
         rngs=None if dropout_key is None else {'dropout': dropout_key})
     return objectives.bert_pretraining(
-        outputs, batch, cfg.objective.mlm_weight, cfg.objective.nsp_weight)
+        outputs, batch, cfg.objective.mlm_weight, cfg.objective.nsp_weight,
+        cfg.objective.sbo_weight)
 
   def train_step(state: TrainState, batch):
     dropout_key = jax.random.fold_in(

@@ -29,7 +29,7 @@ from data_pipelines import pretokenize
 # What the model sees; the rest stays on the host.
 MODEL_FEATURES = ('input_ids', 'token_type_ids', 'attention_mask',
                   'masked_positions', 'masked_ids', 'masked_weights',
-                  'next_sentence_labels')
+                  'masked_unit_start', 'next_sentence_labels')
 STATISTICS = 'masking_statistics'
 
 # What ``pretokenize.prepare`` or ``mixture.prepare`` returns.
@@ -155,5 +155,6 @@ def batch_spec(cfg, process_count: int = 1) -> dict:
       'masked_positions': ((b, p), np.int32),
       'masked_ids': ((b, p), np.int32),
       'masked_weights': ((b, p), np.float32),
+      'masked_unit_start': ((b, p), np.int32),
       'next_sentence_labels': ((b,), np.int32),
   }

@@ -57,6 +57,9 @@ class BertConfig:
   # floor(i * groups / num_layers), as albert's modeling.py.
   embedding_size: int = 0
   num_layer_groups: int = 0
+  # SpanBERT's span boundary objective head: the number of relative
+  # positions it embeds (200 in the paper); 0 = no head.
+  sbo_positions: int = 0
   hidden_dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
   layer_norm_epsilon: float = 1e-12
@@ -252,6 +255,50 @@ class EncoderLayer(nn.Module):
     return _constrain(x, 'act_batch', 'act_len', 'act_embed')
 
 
+def span_boundaries(masked_positions, masked_unit_start):
+  """(left, right, offset) [B, P] of each prediction's span (SpanBERT).
+
+  A span is the run of predictions that share ``masked_unit_start`` (the
+  masking pipeline's unit key): its left boundary is the token before its
+  first position, its right boundary the token after its last, and
+  ``offset`` is the prediction's position within the span (0 = first).
+  Unused slots (unit start 0) give boundaries at 0; their weight is 0.
+  """
+  same = masked_unit_start[:, :, None] == masked_unit_start[:, None, :]
+  last = jnp.max(jnp.where(same, masked_positions[:, None, :], 0), axis=-1)
+  left = jnp.maximum(masked_unit_start - 1, 0)
+  right = jnp.where(masked_unit_start > 0, last + 1, 0)
+  return left, right, masked_positions - masked_unit_start
+
+
+class SpanBoundaryHead(nn.Module):
+  """SpanBERT's SBO: each span token predicted from its span's boundary
+  states and its relative position, [x_{s-1}; x_{e+1}; p_i] -> two layers
+  of Linear -> GELU -> LayerNorm; the caller applies the tied decoder."""
+  cfg: BertConfig
+
+  @nn.compact
+  def __call__(self, x, masked_positions, masked_unit_start):
+    cfg = self.cfg
+    left, right, offset = span_boundaries(masked_positions, masked_unit_start)
+    take = lambda i: jnp.take_along_axis(x, i[..., None], axis=1)
+    position = nn.Embed(cfg.sbo_positions, cfg.hidden_size,
+                        embedding_init=_init(cfg, ('pos', 'embed')),
+                        param_dtype=cfg.param_dtype, dtype=cfg.dtype,
+                        name='position')(
+                            jnp.clip(offset, 0, cfg.sbo_positions - 1))
+    h = jnp.concatenate([take(left), take(right), position], axis=-1)
+    h = _constrain(h, 'act_batch', 'act_predictions', None)
+    for i, (width, axis) in enumerate(
+        ((cfg.hidden_size, 'embed'), (cfg.embedding_width,
+                                      cfg.embedding_axis))):
+      h = nn.Dense(width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                   kernel_init=_init(cfg, (None, axis)),
+                   bias_init=_zeros((axis,)), name=f'dense_{i}')(h)
+      h = LayerNorm(cfg, axis, name=f'norm_{i}')(_gelu(cfg, h))
+    return h
+
+
 class BertForPreTraining(nn.Module):
   """Encoder + pooler + sparse MLM head (tied decoder) + NSP head.
 
@@ -259,7 +306,9 @@ class BertForPreTraining(nn.Module):
   ``attention_mask``) and ``masked_positions`` ``[B, P]``. Returns a dict:
   ``mlm_logits`` float32 [B, P, V] (only the masked positions are projected
   onto the vocabulary), ``nsp_logits`` float32 [B, 2], ``sequence_output``
-  [B, L, D] and ``pooled_output`` [B, D].
+  [B, L, D] and ``pooled_output`` [B, D]; with ``cfg.sbo_positions``, also
+  ``sbo_logits`` float32 [B, P, V] (SpanBERT's span boundary predictions,
+  which need ``masked_unit_start`` [B, P] from the masking pipeline).
   """
   cfg: BertConfig
 
@@ -286,6 +335,10 @@ class BertForPreTraining(nn.Module):
     self.nsp = nn.Dense(2, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                         kernel_init=_init(cfg, ('embed', 'classes')),
                         bias_init=_zeros(('classes',)))
+    if cfg.sbo_positions:
+      self.sbo = SpanBoundaryHead(cfg)
+      self.sbo_bias = self.param('sbo_output_bias', _zeros(('vocab',)),
+                                 (cfg.vocab_size,), cfg.param_dtype)
 
   def encode(self, input_ids, token_type_ids, attention_mask,
              deterministic: bool = True):
@@ -296,7 +349,8 @@ class BertForPreTraining(nn.Module):
     return x
 
   def __call__(self, input_ids, token_type_ids, attention_mask,
-               masked_positions, deterministic: bool = True):
+               masked_positions, masked_unit_start=None,
+               deterministic: bool = True):
     x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
     pooled = jnp.tanh(self.pooler(x[:, 0]))
     # Sparse head: gather the P masked positions before the V projection.
@@ -306,10 +360,19 @@ class BertForPreTraining(nn.Module):
     logits = self.embeddings.attend(h) + self.mlm_bias.astype(self.cfg.dtype)
     logits = _constrain(logits.astype(jnp.float32), 'act_batch',
                         'act_predictions', 'act_vocab')
-    return {
+    outputs = {
         'mlm_logits': logits,
         'nsp_logits': self.nsp(pooled).astype(jnp.float32),
         'sequence_output': x,
         'pooled_output': pooled,
     }
+    if self.cfg.sbo_positions:
+      if masked_unit_start is None:
+        raise ValueError('the span boundary head needs masked_unit_start.')
+      h = self.sbo(x, masked_positions, masked_unit_start)
+      sbo = self.embeddings.attend(h) + self.sbo_bias.astype(self.cfg.dtype)
+      outputs['sbo_logits'] = _constrain(
+          sbo.astype(jnp.float32), 'act_batch', 'act_predictions',
+          'act_vocab')
+    return outputs
 

@@ -12,6 +12,7 @@ lamb_optimizer.py, the v2 model configs):
 - data: sentence-order prediction pairs (consecutive segments, swapped with
   probability 0.5), 512 tokens, shorter with probability 0.1; n-gram masking
   with n <= 3, P(n) proportional to 1/n; 20 predictions per sequence;
+  static masking, 40 differently masked copies (dupe_factor 40);
 - optimizer: LAMB, learning rate 0.00176, batch 4096, 125,000 steps, 3,125
   warmup steps then linear decay to 0, weight decay 0.01 (biases and
   LayerNorm excluded from decay and from the layer adaptation), epsilon
@@ -21,9 +22,8 @@ lamb_optimizer.py, the v2 model configs):
       --workdir=$WORK/albert-base --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'
 
-Departures: masking is dynamic (albert writes dupe_factor static copies;
-set --config.masking.dynamic=False for that), and a one-sentence chunk's
-random B comes from another document in one draw (albert tries 10 times).
+Departure: a one-sentence chunk's random B comes from another document in
+one draw (albert tries 10 times).
 The sentence-pair head and its metrics keep the trunk's ``nsp`` names.
 """
 
@@ -54,7 +54,8 @@ def get_config(arg=None):
   c.masking.strategy = 'ngram'
   c.masking.max_ngram = 3
   c.masking.max_predictions_per_seq = 20
-  c.masking.dynamic = True
+  c.masking.dynamic = False
+  c.data.dupe_factor = 40
   c.batch_size = 4096
   c.total_steps = 125_000
   o = c.optimizer

@@ -1,4 +1,4 @@
-"""SpanBERT's span masking and data on the BERT encoder (no SBO head yet).
+"""SpanBERT's span masking and data on the BERT encoder, without SBO.
 
 Joshi et al. 2020, "SpanBERT", Sec. 3.1 and 4 (the paper's run, not the
 code's defaults, which use geometric p 0.3): span lengths in words ~
@@ -13,8 +13,8 @@ warmup 10k, linear decay, batch 256, 2.4M steps.
       --workdir=$WORK/span-base --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'
 
-Departures: no span boundary objective (SBO) until the objectives land;
-dynamic masking (SpanBERT masks each epoch anew through fairseq); spans
+Departures: no span boundary objective (SBO; spanbert.py adds it, and this
+preset is the paper's own no-SBO ablation); dynamic masking (SpanBERT masks each epoch anew through fairseq); spans
 start uniformly over words rather than over tokens.
 """
 

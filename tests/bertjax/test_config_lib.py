@@ -231,7 +231,8 @@ def test_albert_preset_is_paper_exact(size, layers, hidden, heads, ffn):
   assert (c.data.layout, c.data.max_seq_length, c.data.short_seq_prob,
           c.data.tokenizer.vocab_size) == ('sop', 512, 0.1, 30_000)
   assert (c.masking.strategy, c.masking.max_ngram,
-          c.masking.max_predictions_per_seq) == ('ngram', 3, 20)
+          c.masking.max_predictions_per_seq, c.masking.dynamic,
+          c.data.dupe_factor) == ('ngram', 3, 20, False, 40)
   o = c.optimizer
   assert (o.name, o.learning_rate, o.warmup_steps, o.weight_decay, o.eps,
           o.grad_clip_norm, c.batch_size, c.total_steps) == (
@@ -254,3 +255,25 @@ def test_albert_base_preset_has_the_papers_12m_parameters():
   count = sum(int(np.prod(x.shape))
               for x in jax.tree.leaves(nn.unbox(shapes['params'])))
   assert abs(count - 12e6) <= 0.02 * 12e6, count
+
+
+def test_spanbert_preset_is_span_masking_plus_sbo():
+  c = _load('spanbert').get_config()
+  config_lib.validate(c)
+  assert (c.objective.sbo_weight, c.model.sbo_positions,
+          c.objective.mlm_weight, c.objective.nsp_weight) == (1.0, 200, 1.0,
+                                                              0.0)
+  ablation = _load('span_masking').get_config()
+  assert ablation.objective.sbo_weight == 0.0
+  c.objective.sbo_weight = 0.0
+  assert c.to_dict() == ablation.to_dict()
+  assert config_lib.model_config(c, 30592).sbo_positions == 0
+  assert config_lib.model_config(_load('spanbert').get_config(),
+                                 30592).sbo_positions == 200
+
+
+def test_sbo_needs_positions():
+  c = _load('spanbert').get_config()
+  c.model.sbo_positions = 0
+  with pytest.raises(ValueError, match='model.sbo_positions'):
+    config_lib.validate(c)

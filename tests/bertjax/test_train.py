@@ -245,27 +245,33 @@ def test_masking_audit_fails_before_training(data_dir, tmp_path):
   assert not (tmp_path / 'run').exists()
 
 
-@pytest.mark.e2e
-def test_albert_preset_trains_with_its_own_pieces(data_dir, tmp_path):
-  """ALBERT's preset at a tiny size: SOP pairs, n-gram masking, factorized
-  embedding, one shared layer and LAMB train end to end."""
+def _tiny_preset(name, arg, data_dir, **overrides):
+  """A preset from experiments/configs at the tiny size, on the embedded
+  corpus, for 4 steps."""
   spec = importlib.util.spec_from_file_location(
-      'albert', os.path.join(REPO, 'experiments', 'configs', 'albert.py'))
-  albert = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(albert)
-  cfg = albert.get_config('size=base')
-  demo = _config(data_dir)
-  cfg.data.corpus = demo.data.corpus
+      name, os.path.join(REPO, 'experiments', 'configs', f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  cfg = module.get_config(arg)
+  cfg.data.corpus = _config(data_dir).data.corpus
   for key, value in {**TINY, 'data.data_dir': str(data_dir),
-                     'model.num_layers': 3, 'model.embedding_size': 16,
                      'total_steps': 4, 'log_every_steps': 2,
                      'eval_every_steps': 4, 'checkpoint_every_steps': 4,
-                     'optimizer.learning_rate': 1e-3}.items():
+                     'optimizer.learning_rate': 1e-3, **overrides}.items():
     *parents, leaf = key.split('.')
     section = cfg
     for p in parents:
       section = section[p]
     section[leaf] = value
+  return cfg
+
+
+@pytest.mark.e2e
+def test_albert_preset_trains_with_its_own_pieces(data_dir, tmp_path):
+  """ALBERT's preset at a tiny size: SOP pairs, n-gram masking, factorized
+  embedding, one shared layer and LAMB train end to end."""
+  cfg = _tiny_preset('albert', 'size=base', data_dir,
+                     **{'model.num_layers': 3, 'model.embedding_size': 16})
   workdir = str(tmp_path / 'albert')
   final = train.train_and_evaluate(cfg, workdir)
   records = _read_jsonl(workdir)
@@ -278,3 +284,19 @@ def test_albert_preset_trains_with_its_own_pieces(data_dir, tmp_path):
     saved = json.load(f)['config']
   assert (saved['optimizer']['name'], saved['data']['layout'],
           saved['model']['num_layer_groups']) == ('lamb', 'sop', 1)
+
+
+@pytest.mark.e2e
+def test_spanbert_preset_trains_mlm_and_sbo(data_dir, tmp_path):
+  cfg = _tiny_preset('spanbert', 'size=base', data_dir,
+                     **{'model.num_layers': 2, 'data.max_seq_length': 32,
+                        'masking.max_predictions_per_seq': 5})
+  workdir = str(tmp_path / 'spanbert')
+  final = train.train_and_evaluate(cfg, workdir)
+  records = _read_jsonl(workdir)
+  for r in records:
+    assert math.isfinite(r['sbo_loss']) and 'nsp_loss' not in r
+    # The total is MLM + 1.0 x SBO (the logged loss is of the same batch).
+    assert r['loss'] == pytest.approx(r['mlm_loss'] + r['sbo_loss'],
+                                      rel=1e-3)
+  assert 0 <= final['eval_sbo_accuracy'] <= 1
