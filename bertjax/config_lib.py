@@ -13,6 +13,7 @@ import os
 import ml_collections
 
 from bertjax.models import bert as bert_lib
+from bertjax import config_check
 from bertjax import optim
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import instances as instances_lib
@@ -416,5 +417,7 @@ def validate(cfg) -> None:
          ' must be >= 1.', errors)
   _check(cfg.init_from == '' or os.path.isdir(cfg.init_from),
          f'init_from={cfg.init_from!r} is not a directory.', errors)
+  if not errors:   # Mixes of fields, once each field is valid on its own.
+    errors.extend(config_check.errors_for(cfg))
   if errors:
     raise ValueError('invalid config:\n  ' + '\n  '.join(errors))

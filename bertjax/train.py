@@ -27,6 +27,7 @@ import numpy as np
 import optax
 
 from bertjax import checkpoint as checkpoint_lib
+from bertjax import config_check
 from bertjax import config_lib
 from bertjax import metric_writers
 from bertjax import objectives
@@ -171,6 +172,9 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   """
   # ---- Checks that read no data and write nothing.
   config_lib.validate(cfg)
+  for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
+    logging.warning('config: %s', warning)
+    _say(f'warning: {warning}')
   is_mixture = mixture_lib.is_mixture(cfg.data)
   if is_mixture:  # Every component, before any of them is built.
     mixture_lib.validate(cfg.data)

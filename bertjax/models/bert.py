@@ -4,9 +4,11 @@ Post-LayerNorm Transformer encoder with learned positions and token types
 (Devlin et al., 2019), with ALBERT's options (Lan et al., 2020, Sec. 3.1):
 a factorized embedding (vocabulary embedded in E dimensions, projected to
 the model width H) and cross-layer parameter sharing (all layers, or
-groups of consecutive layers, share one set of weights). Every parameter carries logical axis names and every
-activation is constrained at layer boundaries; the rules that map logical
-names to mesh axes live in the experiment config, never here.
+groups of consecutive layers, share one set of weights), and SpanBERT's
+span boundary head (Joshi et al., 2020, Sec. 3.2). Every parameter carries
+logical axis names and every activation is constrained at layer
+boundaries; the rules that map logical names to mesh axes live in the
+experiment config, never here.
 
 Logical names. Parameters: ``vocab``, ``embed``, ``factor`` (ALBERT's
 factorized embedding width E, where it differs from the model width),

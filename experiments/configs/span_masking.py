@@ -14,8 +14,9 @@ warmup 10k, linear decay, batch 256, 2.4M steps.
       --config.data.corpus.path='/data/corpus/*.txt'
 
 Departures: no span boundary objective (SBO; spanbert.py adds it, and this
-preset is the paper's own no-SBO ablation); dynamic masking (SpanBERT masks each epoch anew through fairseq); spans
-start uniformly over words rather than over tokens.
+preset is the paper's own no-SBO ablation); dynamic masking (SpanBERT masks
+each epoch anew through fairseq); spans start uniformly over words rather
+than over tokens.
 """
 
 from bertjax import config_lib
