@@ -73,6 +73,16 @@ def _reference_bert_adam(params, grads_seq, lr_fn, b1=0.9, b2=0.999,
   return params
 
 
+def _apply(tx, params, grads_seq):
+  """float32 params after ``tx``'s updates for each gradient in turn."""
+  state = tx.init(jax.tree.map(jnp.asarray, params))
+  p = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
+  for grads in grads_seq:
+    updates, state = tx.update(jax.tree.map(jnp.asarray, grads), state, p)
+    p = optax.apply_updates(p, updates)
+  return p
+
+
 def test_bert_adamw_matches_reference_transcription():
   cfg = _cfg()
   tx, schedule = optim.make_optimizer(cfg)
@@ -80,11 +90,7 @@ def test_bert_adamw_matches_reference_transcription():
   params = {'kernel': rng.normal(size=(4, 3)), 'bias': rng.normal(size=(3,))}
   grads_seq = [{k: rng.normal(size=v.shape) * (3.0 if t % 2 else 0.1)
                 for k, v in params.items()} for t in range(15)]
-  state = tx.init(jax.tree.map(jnp.asarray, params))
-  p = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
-  for grads in grads_seq:
-    updates, state = tx.update(jax.tree.map(jnp.asarray, grads), state, p)
-    p = optax.apply_updates(p, updates)
+  p = _apply(tx, params, grads_seq)
   expected = _reference_bert_adam(
       params, grads_seq, lambda t: float(schedule(t)))
   for k in params:
@@ -99,11 +105,7 @@ def test_lamb_matches_albert_transcription():
   params = {'kernel': rng.normal(size=(4, 3)), 'bias': rng.normal(size=(3,))}
   grads_seq = [{k: rng.normal(size=v.shape) * (3.0 if t % 2 else 0.1)
                 for k, v in params.items()} for t in range(15)]
-  state = tx.init(jax.tree.map(jnp.asarray, params))
-  p = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), params)
-  for grads in grads_seq:
-    updates, state = tx.update(jax.tree.map(jnp.asarray, grads), state, p)
-    p = optax.apply_updates(p, updates)
+  p = _apply(tx, params, grads_seq)
   expected = _reference_bert_adam(
       params, grads_seq, lambda t: float(schedule(t)), lamb=True)
   without = _reference_bert_adam(
