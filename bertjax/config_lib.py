@@ -44,6 +44,10 @@ DEFAULT_RULES = (
 )
 
 
+# Objective families (bertjax/pretraining.py).
+OBJECTIVES = ('bert', 'electra', 'distillation')
+
+
 def default_data_dir() -> str:
   return os.environ.get('BERTJAX_DATA_DIR',
                         os.path.join(os.path.expanduser('~'), '.cache',
@@ -104,9 +108,36 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.param_dtype = 'float32'
 
   c.objective = ml_collections.ConfigDict()
+  c.objective.name = 'bert'       # bert | electra | distillation
   c.objective.mlm_weight = 1.0
   c.objective.nsp_weight = 1.0    # 0 disables NSP (e.g. full_sentences).
   c.objective.sbo_weight = 0.0    # SpanBERT's span boundary objective.
+
+  # ELECTRA (objective.name='electra'); Clark et al. 2020 and
+  # google-research/electra. The generator has the discriminator's depth
+  # times layers_fraction and its width times hidden_fraction, and shares
+  # its token and position embeddings; masking and sampling happen inside
+  # the step.
+  c.electra = ml_collections.ConfigDict()
+  c.electra.generator_hidden_fraction = 0.25
+  c.electra.generator_layers_fraction = 1.0
+  c.electra.mask_prob = 0.15          # N = int((mask_prob + 0.005) * L).
+  c.electra.mask_token_prob = 0.85    # [MASK]; the rest kept, none random.
+  c.electra.temperature = 1.0         # Gumbel-max sampling temperature.
+  c.electra.generator_weight = 1.0
+  c.electra.discriminator_weight = 50.0
+
+  # DistilBERT (objective.name='distillation'); Sanh et al. 2019. The
+  # teacher is the latest checkpoint of another bertjax run; the student has
+  # its width and student_layers layers (0 = half), initialised from every
+  # other teacher layer.
+  c.distillation = ml_collections.ConfigDict()
+  c.distillation.teacher_workdir = ''
+  c.distillation.student_layers = 0
+  c.distillation.temperature = 2.0
+  c.distillation.kl_weight = 5.0
+  c.distillation.mlm_weight = 2.0
+  c.distillation.cosine_weight = 1.0
 
   c.data = ml_collections.ConfigDict()
   c.data.corpus = corpus_config()
@@ -154,7 +185,7 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = 'bert_adamw'     # bert_adamw | adamw | lamb (ALBERT)
-  c.optimizer.schedule = 'bert_linear'
+  c.optimizer.schedule = 'bert_linear'  # | warmup_linear | electra
   c.optimizer.learning_rate = 1e-4
   c.optimizer.warmup_steps = 10_000
   c.optimizer.b1 = 0.9
@@ -331,6 +362,9 @@ def validate(cfg) -> None:
          '>= 0 (0 = no worker processes).', errors)
   _check(d.num_threads >= 1, f'data.num_threads={d.num_threads} must be '
          '>= 1.', errors)
+  _check(cfg.objective.name in OBJECTIVES,
+         f'objective.name={cfg.objective.name!r}; use one of {OBJECTIVES}.',
+         errors)
   _check(cfg.objective.sbo_weight >= 0,
          f'objective.sbo_weight={cfg.objective.sbo_weight} must be >= 0.',
          errors)

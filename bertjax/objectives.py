@@ -68,11 +68,16 @@ def bert_pretraining(outputs: dict, batch: dict, mlm_weight: float = 1.0,
 
 
 def summarize(sums: dict) -> dict:
-  """Turns summed metrics into means: mlm_loss, mlm_accuracy, nsp_*, sbo_*."""
+  """Summed metrics -> means: for each ``X_count``, ``X_loss`` (from
+  ``X_loss_sum``) and ``X_accuracy`` (from ``X_correct``) where present."""
   out = {}
-  for name in ('mlm', 'nsp', 'sbo'):
-    count = sums.get(f'{name}_count')
-    if count:
-      out[f'{name}_loss'] = float(sums[f'{name}_loss_sum']) / float(count)
-      out[f'{name}_accuracy'] = float(sums[f'{name}_correct']) / float(count)
+  for key in sorted(sums):
+    if not key.endswith('_count'):
+      continue
+    name, count = key[:-len('_count')], float(sums[key])
+    if not count:
+      continue
+    for total, mean in (('_loss_sum', '_loss'), ('_correct', '_accuracy')):
+      if name + total in sums:
+        out[name + mean] = float(sums[name + total]) / count
   return out

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import optax
 
 OPTIMIZERS = ('bert_adamw', 'adamw', 'lamb')
-SCHEDULES = ('bert_linear', 'warmup_linear')
+SCHEDULES = ('bert_linear', 'warmup_linear', 'electra')
 
 
 def bert_schedule(peak_learning_rate: float, warmup_steps: int,
@@ -53,6 +53,19 @@ def warmup_linear_schedule(peak_learning_rate: float, warmup_steps: int,
       optax.linear_schedule(peak_learning_rate, 0.0,
                             max(total_steps - warmup_steps, 1)),
   ], [warmup_steps])
+
+
+def electra_schedule(peak_learning_rate: float, warmup_steps: int,
+                     total_steps: int) -> optax.Schedule:
+  """ELECTRA's multiplicative warmup: ``peak * (1 - t / T) * min(1, t / W)``
+  (google-research/electra optimization.py: polynomial decay, then scaled
+  by the warmup fraction)."""
+  def schedule(t):
+    t = jnp.asarray(t, jnp.float32)
+    decay = jnp.maximum(0.0, 1.0 - t / total_steps)
+    return peak_learning_rate * decay * jnp.minimum(
+        1.0, t / max(warmup_steps, 1))
+  return schedule
 
 
 class ScaleByAdamNoBiasCorrectionState(NamedTuple):
@@ -104,6 +117,8 @@ def make_schedule(cfg) -> optax.Schedule:
   if o.schedule == 'warmup_linear':
     return warmup_linear_schedule(o.learning_rate, o.warmup_steps,
                                   cfg.total_steps)
+  if o.schedule == 'electra':
+    return electra_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
   return bert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
 
 

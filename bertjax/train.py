@@ -32,8 +32,8 @@ from bertjax import config_lib
 from bertjax import metric_writers
 from bertjax import objectives
 from bertjax import optim
+from bertjax import pretraining
 from bertjax import sharding
-from bertjax.models import bert as bert_lib
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import masking as masking_lib
 from data_pipelines import mixture as mixture_lib
@@ -49,8 +49,9 @@ _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Directory for checkpoints, metrics and TensorBoard '
     'events. Rerunning in the same workdir resumes.')
 
-# Independent keys split once from the seed: model init and dropout.
-_MODEL_KEY, _DROPOUT_KEY = 1, 2
+# Independent keys split once from the seed: model init, the training
+# steps' keys (dropout; ELECTRA's masking and sampling), and evaluation's.
+_MODEL_KEY, _DROPOUT_KEY, _EVAL_KEY = 1, 2, 3
 # Config sections a resumed run must share with the run that wrote the
 # checkpoints: anything else (steps, logging, eval) may change on resume.
 # With a mixture, its components and exponent replace data.corpus (which the
@@ -227,38 +228,40 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   global_spec = pipeline.batch_spec(cfg, 1)
 
   # ---- Model and optimizer.
-  model_cfg = config_lib.model_config(cfg, vocab_size)
-  model = bert_lib.BertForPreTraining(model_cfg)
+  task = pretraining.make_task(cfg, vocab_size)
   tx, schedule = optim.make_optimizer(cfg)
   root_key = jax.random.key(cfg.seed)
+  eval_key = jax.random.fold_in(root_key, _EVAL_KEY)
 
   def init_state():
     dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
              in global_spec.items()}
-    params = model.init(jax.random.fold_in(root_key, _MODEL_KEY),
-                        dummy['input_ids'], dummy['token_type_ids'],
-                        dummy['attention_mask'], dummy['masked_positions'],
-                        dummy['masked_unit_start'])['params']
+    params = task.init(jax.random.fold_in(root_key, _MODEL_KEY), dummy)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      opt_state=tx.init(params))
+                      opt_state=optimizer(params).init(params))
 
-  def loss_fn(params, batch, dropout_key):
-    outputs = model.apply(
-        {'params': params}, batch['input_ids'], batch['token_type_ids'],
-        batch['attention_mask'], batch['masked_positions'],
-        batch['masked_unit_start'],
-        deterministic=dropout_key is None,
-        rngs=None if dropout_key is None else {'dropout': dropout_key})
-    return objectives.bert_pretraining(
-        outputs, batch, cfg.objective.mlm_weight, cfg.objective.nsp_weight,
-        cfg.objective.sbo_weight)
+  def optimizer(params):
+    """``tx`` on the trainable leaves; frozen ones (a teacher) get no
+    update and no optimizer state."""
+    if task.trainable is None:
+      return tx
+    labels = jax.tree.map(lambda t: 'train' if t else 'frozen',
+                          task.trainable(params))
+    return optax.multi_transform({'train': tx, 'frozen': optax.set_to_zero()},
+                                 labels)
+
+  def loss_fn(params, batch, key):
+    deterministic = key is None
+    return task.loss(params, batch, eval_key if deterministic else key,
+                     deterministic)
 
   def train_step(state: TrainState, batch):
     dropout_key = jax.random.fold_in(
         jax.random.fold_in(root_key, _DROPOUT_KEY), state.step)
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, batch, dropout_key)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    updates, opt_state = optimizer(state.params).update(
+        grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(sums, loss=loss, grad_norm=optax.global_norm(grads),
                    learning_rate=schedule(state.step))

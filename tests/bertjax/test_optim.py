@@ -153,3 +153,12 @@ def test_warmup_linear_schedule_decays_from_end_of_warmup(t):
   expected = peak * t / w if t < w else peak * max(0.0, 1 - (t - w) / (total - w))
   got = float(optim.warmup_linear_schedule(peak, w, total)(t))
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-12)
+
+
+@pytest.mark.parametrize('t', [0, 1, 5, 10, 11, 50, 99, 100])
+def test_electra_schedule_is_multiplicative_warmup(t):
+  peak, w, total = 5e-4, 10, 100
+  expected = peak * max(0.0, 1 - t / total) * min(1.0, t / w)
+  got = float(optim.make_schedule(_cfg(schedule='electra',
+                                       learning_rate=peak))(t))
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
