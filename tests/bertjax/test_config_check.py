@@ -16,6 +16,7 @@ PRESETS = [
     ('bert', 'size=base,phase=2'), ('bert', 'size=large,phase=2'),
     ('bert_wwm', None), ('ngram_masking', None), ('span_masking', None),
     ('albert', 'size=base'), ('albert', 'size=large'), ('spanbert', None),
+    ('roberta', 'size=base'), ('roberta', 'size=large'),
     ('demo', None), ('mixture', None),
     ('ernie', 'stage=mixed'),
 ]

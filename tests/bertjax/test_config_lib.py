@@ -277,3 +277,20 @@ def test_sbo_needs_positions():
   c.model.sbo_positions = 0
   with pytest.raises(ValueError, match='model.sbo_positions'):
     config_lib.validate(c)
+
+
+@pytest.mark.parametrize('size, lr, warmup', [('base', 6e-4, 24_000),
+                                              ('large', 4e-4, 30_000)])
+def test_roberta_preset_is_the_papers_final_run(size, lr, warmup):
+  c = _load('roberta').get_config(f'size={size}')
+  config_lib.validate(c)
+  o = c.optimizer
+  assert (o.name, o.schedule, o.learning_rate, o.warmup_steps, o.b1, o.b2,
+          o.eps, o.weight_decay, o.grad_clip_norm) == (
+              'adamw', 'warmup_linear', lr, warmup, 0.9, 0.98, 1e-6, 0.01,
+              0.0)
+  assert (c.data.layout, c.data.max_seq_length, c.objective.nsp_weight,
+          c.masking.dynamic, c.batch_size, c.total_steps) == (
+              'full_sentences', 512, 0.0, True, 8192, 500_000)
+  assert (c.masking.rate, c.masking.mask_token_prob,
+          c.masking.random_token_prob) == (0.15, 0.8, 0.1)

@@ -300,3 +300,18 @@ def test_spanbert_preset_trains_mlm_and_sbo(data_dir, tmp_path):
     assert r['loss'] == pytest.approx(r['mlm_loss'] + r['sbo_loss'],
                                       rel=1e-3)
   assert 0 <= final['eval_sbo_accuracy'] <= 1
+
+
+@pytest.mark.e2e
+def test_roberta_preset_trains_without_nsp(data_dir, tmp_path):
+  cfg = _tiny_preset('roberta', 'size=base', data_dir,
+                     **{'model.num_layers': 2, 'data.max_seq_length': 32,
+                        'masking.max_predictions_per_seq': 5})
+  workdir = str(tmp_path / 'roberta')
+  final = train.train_and_evaluate(cfg, workdir)
+  records = _read_jsonl(workdir)
+  assert [r['step'] for r in records] == [2, 4]
+  for r in records:
+    assert 'nsp_loss' not in r
+    assert r['loss'] == pytest.approx(r['mlm_loss'], rel=1e-3)
+  assert 0 <= final['eval_mlm_accuracy'] <= 1

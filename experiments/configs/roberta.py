@@ -1,0 +1,56 @@
+"""RoBERTa: BERT without NSP, on full sentences, dynamically masked.
+
+Liu et al. 2019, "RoBERTa: A Robustly Optimized BERT Pretraining Approach",
+Sec. 4 and Table 9 (pretraining hyperparameters), and fairseq's RoBERTa
+README:
+
+- data: FULL-SENTENCES, up to 512 tokens packed across document boundaries
+  (a separator between documents), no NSP; dynamic masking (a new mask each
+  time a sequence is seen), 15% of tokens, 80/10/10;
+- model: BERT's (base: 12 layers, H 768; large: 24 layers, H 1024), dropout
+  0.1, a 50K vocabulary;
+- optimizer: Adam (bias-corrected) with beta (0.9, 0.98), epsilon 1e-6,
+  weight decay 0.01, no gradient clipping; linear warmup then linear decay
+  to 0; the final run: batch 8K sequences, 500K steps, peak lr 6e-4 (base)
+  / 4e-4 (large), warmup 24K / 30K steps.
+
+  python -m bertjax.train --config=experiments/configs/roberta.py:size=base \
+      --workdir=$WORK/roberta-base --config.data.corpus.source=files \
+      --config.data.corpus.path='/data/corpus/*.txt'
+
+Departures: the vocabulary is a 50,265-piece SentencePiece BPE trained on
+the corpus, not GPT-2's byte-level BPE; at most 80 predictions per 512-token
+row (15% of 512 is 76.8, so the cap never binds).
+"""
+
+from bertjax import config_lib
+
+# Peak lr and warmup steps of the final run, per size (Table 9).
+RUNS = {'base': (6e-4, 24_000), 'large': (4e-4, 30_000)}
+
+
+def get_config(arg=None):
+  args = config_lib.parse_arg(arg, size='base')
+  if args['size'] not in RUNS:
+    raise ValueError(f'size={args["size"]!r}; use one of {sorted(RUNS)}.')
+  learning_rate, warmup = RUNS[args['size']]
+  c = config_lib.base_config()
+  c.model.size = args['size']
+  c.data.tokenizer.vocab_size = 50_265
+  c.data.tokenizer.model_type = 'bpe'
+  c.data.layout = 'full_sentences'
+  c.data.max_seq_length = 512
+  c.objective.nsp_weight = 0.0
+  c.masking.dynamic = True
+  c.masking.max_predictions_per_seq = 80
+  c.batch_size = 8192
+  c.total_steps = 500_000
+  o = c.optimizer
+  o.name = 'adamw'                 # fairseq's Adam: bias-corrected.
+  o.schedule = 'warmup_linear'
+  o.learning_rate = learning_rate
+  o.warmup_steps = warmup
+  o.b1, o.b2, o.eps = 0.9, 0.98, 1e-6
+  o.weight_decay = 0.01
+  o.grad_clip_norm = 0.0
+  return c
