@@ -26,6 +26,7 @@ from typing import Any, Callable
 import jax
 
 from bertjax import config_lib
+from bertjax import flops
 from bertjax import objectives
 from bertjax.models import bert as bert_lib
 
@@ -37,6 +38,8 @@ class Task:
   init: Callable[[jax.Array, dict], Any]
   loss: Callable[[Any, dict, jax.Array, bool], tuple[jax.Array, dict]]
   trainable: Callable[[Any], Any] | None = None   # None: every leaf.
+  # Training FLOPs per real token (bertjax/flops.py), for MFU and compare.
+  flops_per_token: float = 0.0
 
 
 def model_inputs(batch: dict) -> tuple:
@@ -48,8 +51,8 @@ def model_inputs(batch: dict) -> tuple:
 
 def bert_task(cfg, vocab_size: int) -> Task:
   """The encoder with its MLM, sentence-pair (NSP/SOP) and SBO heads."""
-  model = bert_lib.BertForPreTraining(config_lib.model_config(cfg,
-                                                              vocab_size))
+  model_cfg = config_lib.model_config(cfg, vocab_size)
+  model = bert_lib.BertForPreTraining(model_cfg)
   o = cfg.objective
 
   def init(key, batch):
@@ -62,7 +65,8 @@ def bert_task(cfg, vocab_size: int) -> Task:
     return objectives.bert_pretraining(outputs, batch, o.mlm_weight,
                                        o.nsp_weight, o.sbo_weight)
 
-  return Task(init, loss)
+  return Task(init, loss,
+              flops_per_token=flops.training_flops_per_token(cfg, model_cfg))
 
 
 def make_task(cfg, vocab_size: int) -> Task:

@@ -29,6 +29,7 @@ import optax
 from bertjax import checkpoint as checkpoint_lib
 from bertjax import config_check
 from bertjax import config_lib
+from bertjax import flops
 from bertjax import metric_writers
 from bertjax import objectives
 from bertjax import optim
@@ -326,8 +327,10 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     # ---- Train loop.
     writer = metric_writers.MetricWriter(workdir, num_train_steps, step,
                                          enabled=is_main)
+    peak = flops.peak_flops(mesh.devices.flat[0].device_kind)
     writer.message(f'training steps {step}..{num_train_steps} on '
-                   f'{mesh.size} device(s); compile {compile_seconds:.1f}s')
+                   f'{mesh.size} device(s); compile {compile_seconds:.1f}s; '
+                   f'{task.flops_per_token / 1e9:.3f} GFLOP per token')
     tokens, t_last = 0, time.time()
     while step < num_train_steps:
       batch = next(train_iter)
@@ -347,6 +350,13 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
         summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
                        learning_rate=metrics['learning_rate'],
                        tokens_per_second=tokens / max(now - t_last, 1e-9))
+        # Achieved model FLOP/s (analytic, real tokens) and, where the
+        # device's peak is known, MFU.
+        summary['tflops_per_second'] = (summary['tokens_per_second']
+                                        * task.flops_per_token / 1e12)
+        if peak:
+          summary['mfu'] = summary['tflops_per_second'] * 1e12 / (
+              peak * mesh.size)
         # Masking telemetry of the logged step's batch (like the metrics).
         masking_summary = masking_lib.summarize_statistics(
             batch[pipeline.STATISTICS])

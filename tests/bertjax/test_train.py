@@ -12,8 +12,10 @@ import time
 import pytest
 
 from bertjax import config_lib
+from bertjax import flops
 from bertjax import train
 from data_pipelines import corpus as corpus_lib
+from data_pipelines import tokenizer as tokenizer_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -33,7 +35,7 @@ TINY = {
     'eval.num_batches': 2,
     'optimizer.warmup_steps': 2,
 }
-TIMING_FIELDS = ('tokens_per_second',)
+TIMING_FIELDS = ('tokens_per_second', 'tflops_per_second', 'mfu')
 
 
 def _config(data_dir, **overrides):
@@ -87,6 +89,13 @@ def test_main_trains_logs_and_checkpoints(data_dir, tmp_path):
               'masking_unit_length_mean', 'masking_unit_len_1'):
     assert key in records[-1], key
   assert 'eval_mlm_accuracy' in records[-1]
+  # Achieved FLOP/s is tokens/s times the analytic FLOPs of this model.
+  vocab = tokenizer_lib.padded_vocab_size(cfg.data.tokenizer.vocab_size)
+  per_token = flops.training_flops_per_token(
+      cfg, config_lib.model_config(cfg, vocab))
+  assert records[-1]['tflops_per_second'] == pytest.approx(
+      records[-1]['tokens_per_second'] * per_token / 1e12, rel=1e-6)
+  assert 'mfu' not in records[-1]   # No peak is known for a CPU.
   assert 0 <= final['eval_mlm_accuracy'] <= 1
   assert 0 < final['baseline_mlm_accuracy'] < 1
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints')))[-1] == '6'

@@ -1,0 +1,131 @@
+"""Analytic training FLOPs per token, and MFU.
+
+Dense matmul FLOPs only (2 per multiply-add), as MFU is usually counted
+(PaLM, Megatron): embedding lookups, softmax, LayerNorm, GELU and the
+per-sequence heads (pooler, NSP/SOP) are left out. Training costs three
+forward passes (forward, and backward for activations and for weights).
+
+Per token of one encoder layer of width d, FFN width f, at sequence length
+s, forward:
+
+  Q, K, V and output projections   8 d^2
+  scores QK^T and the sum AV       4 s d
+  FFN                              4 d f
+
+so with f = 4d a layer costs 24 d^2 + 4 s d forward, and the dense encoder
+72 L d^2 + 12 L s d to train. A prediction through the MLM head (transform
+d -> E, tied decoder E -> V) costs 2 (d E + E V) forward; the head sees the
+masked fraction p of the tokens. BERT-base at s = 128 comes to 0.545
+GFLOP/token, BERT-large at s = 512 to 1.99 (tested).
+
+Per objective (``objective.name``):
+
+- ``bert``: the encoder, the factorized-embedding projection (E -> d) if
+  any, the MLM head on p = min(rate, P / s), and SpanBERT's SBO head
+  (3d -> d, d -> E, decoder) on the same predictions when it is on;
+- ``electra``: the generator (its own L, d, f) with its MLM head on the
+  ELECTRA masked fraction, plus the discriminator and its per-token head
+  (d -> d, d -> 1), both trained;
+- ``distillation``: the student trained (MLM head on p), plus the teacher's
+  forward pass (encoder and MLM head), which has no backward.
+"""
+
+from __future__ import annotations
+
+from bertjax.models import bert as bert_lib
+
+# Dense bf16 peak FLOP/s per chip, by substrings of jax's ``device_kind``
+# (the vendors' dense bf16 figures, no sparsity); first match wins.
+PEAK_BF16_FLOPS = (
+    ('H200', 989e12), ('H100', 989e12), ('A100', 312e12),
+    ('TPU v6', 918e12), ('TPU v5p', 459e12), ('TPU v5 lite', 197e12),
+    ('TPU v5e', 197e12), ('TPU v4', 275e12),
+)
+
+
+def layer_forward(d: int, f: int, s: int) -> float:
+  """Forward FLOPs per token of one encoder layer."""
+  return 8 * d * d + 4 * s * d + 4 * d * f
+
+
+def encoder_forward(cfg: bert_lib.BertConfig, s: int) -> float:
+  """Forward FLOPs per token of the embedding projection and the layers
+  (shared layers cost each time they run)."""
+  projection = 2 * cfg.embedding_width * cfg.hidden_size if (
+      cfg.factorized) else 0
+  return projection + cfg.num_layers * layer_forward(
+      cfg.hidden_size, cfg.intermediate_size, s)
+
+
+def mlm_head_forward(cfg: bert_lib.BertConfig) -> float:
+  """Forward FLOPs per prediction of the MLM head (transform + decoder)."""
+  e = cfg.embedding_width
+  return 2 * (cfg.hidden_size * e + e * cfg.vocab_size)
+
+
+def sbo_head_forward(cfg: bert_lib.BertConfig) -> float:
+  """Forward FLOPs per prediction of SpanBERT's SBO head."""
+  d, e = cfg.hidden_size, cfg.embedding_width
+  return 2 * (3 * d * d + d * e + e * cfg.vocab_size)
+
+
+def masked_fraction(cfg) -> float:
+  """Fraction of tokens the MLM head predicts: the rate, capped by P / s."""
+  return min(cfg.masking.rate,
+             cfg.masking.max_predictions_per_seq / cfg.data.max_seq_length)
+
+
+def electra_generator_config(model: bert_lib.BertConfig, electra
+                             ) -> bert_lib.BertConfig:
+  """ELECTRA's generator: the discriminator's depth x layers_fraction and
+  width x hidden_fraction, heads of 64, FFN 4 x width (electra's
+  get_generator_config)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  width = int(model.hidden_size * electra.generator_hidden_fraction)
+  return dataclasses.replace(
+      model, hidden_size=width, num_heads=max(1, width // 64),
+      intermediate_size=4 * width,
+      num_layers=max(1, round(model.num_layers
+                              * electra.generator_layers_fraction)),
+      embedding_size=model.embedding_width)
+
+
+def training_flops_per_token(cfg, model: bert_lib.BertConfig,
+                             teacher: bert_lib.BertConfig | None = None
+                             ) -> float:
+  """Training FLOPs per (real) token of ``cfg``'s objective.
+
+  Args:
+    cfg: the experiment config.
+    model: the trained network's config (``config_lib.model_config``; for
+      ELECTRA the discriminator, for distillation the student).
+    teacher: the teacher's config, for ``distillation``.
+  """
+  s = cfg.data.max_seq_length
+  name = cfg.objective.name
+  if name == 'electra':
+    generator = electra_generator_config(model, cfg.electra)
+    p = int((cfg.electra.mask_prob + 0.005) * s) / s
+    d = model.hidden_size
+    discriminator_head = 2 * (d * d + d)
+    return 3 * (encoder_forward(generator, s)
+                + p * mlm_head_forward(generator)
+                + encoder_forward(model, s) + discriminator_head)
+  p = masked_fraction(cfg)
+  train = encoder_forward(model, s) + p * mlm_head_forward(model)
+  if name == 'bert' and cfg.objective.sbo_weight:
+    train += p * sbo_head_forward(model)
+  if name == 'distillation':
+    if teacher is None:
+      raise ValueError('distillation FLOPs need the teacher\'s config.')
+    return 3 * train + encoder_forward(teacher, s) + p * mlm_head_forward(
+        teacher)
+  return 3 * train
+
+
+def peak_flops(device_kind: str) -> float | None:
+  """Dense bf16 peak FLOP/s of one device, or None when unknown (CPU)."""
+  for name, peak in PEAK_BF16_FLOPS:
+    if name.lower() in device_kind.lower():
+      return peak
+  return None

@@ -1,0 +1,104 @@
+"""Analytic FLOPs per token against hand derivations."""
+
+import dataclasses
+
+import pytest
+
+from bertjax import config_lib
+from bertjax import flops
+from bertjax.models import bert
+
+
+def _cfg(objective='bert', seq=128, predictions=20, **objective_fields):
+  c = config_lib.base_config()
+  c.objective.name = objective
+  c.data.max_seq_length = seq
+  c.masking.max_predictions_per_seq = predictions
+  c.objective.update(objective_fields)
+  return c
+
+
+def test_layer_by_hand():
+  # d = 2, f = 8, s = 3: Q, K, V, O 4 x 2 d^2 = 32; scores and AV
+  # 2 x 2 s d = 24; FFN 2 x 2 d f = 64.
+  assert flops.layer_forward(2, 8, 3) == 32 + 24 + 64
+
+
+@pytest.mark.parametrize('size, seq, predictions, expected', [
+    ('base', 128, 20, 0.545e9), ('large', 512, 80, 1.99e9)])
+def test_bert_matches_the_published_figures(size, seq, predictions,
+                                            expected):
+  model = bert.BertConfig.from_size(size, vocab_size=30522)
+  got = flops.training_flops_per_token(_cfg(seq=seq, predictions=predictions),
+                                       model)
+  assert got == pytest.approx(expected, rel=0.005)
+  # And the closed form 72 L d^2 + 12 L s d + 6 p (d^2 + d V).
+  layers, d, v = model.num_layers, model.hidden_size, 30522
+  closed = 72 * layers * d**2 + 12 * layers * seq * d + 6 * 0.15 * (
+      d**2 + d * v)
+  assert got == pytest.approx(closed, rel=1e-12)
+
+
+def test_the_mlm_fraction_is_capped_by_the_prediction_slots():
+  model = bert.BertConfig.from_size('base', vocab_size=30522)
+  few = flops.training_flops_per_token(_cfg(predictions=5), model)
+  enough = flops.training_flops_per_token(_cfg(predictions=20), model)
+  head = 6 * (768**2 + 768 * 30522)
+  assert enough - few == pytest.approx((0.15 - 5 / 128) * head, rel=1e-9)
+
+
+def test_albert_projection_and_head_by_hand():
+  model = bert.BertConfig.from_size('base', vocab_size=30000,
+                                    embedding_size=128, num_layer_groups=1)
+  got = flops.training_flops_per_token(_cfg(), model)
+  d, e, v, s = 768, 128, 30000, 128
+  # Shared layers still run 12 times; E -> d projection; head d->E, E->V.
+  expected = 3 * (2 * e * d + 12 * (24 * d * d + 4 * s * d)
+                  + 0.15 * 2 * (d * e + e * v))
+  assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_sbo_adds_its_head_on_the_predictions():
+  model = bert.BertConfig.from_size('base', vocab_size=30522)
+  plain = flops.training_flops_per_token(_cfg(seq=512, predictions=80),
+                                         model)
+  sbo = flops.training_flops_per_token(
+      _cfg(seq=512, predictions=80, sbo_weight=1.0), model)
+  d, v = 768, 30522
+  assert sbo - plain == pytest.approx(
+      3 * 0.15 * 2 * (3 * d * d + d * d + d * v), rel=1e-9)
+
+
+def test_electra_is_generator_plus_discriminator():
+  c = _cfg('electra')
+  model = bert.BertConfig.from_size('base', vocab_size=30522, hidden_size=256,
+                                    num_heads=4, intermediate_size=1024,
+                                    embedding_size=128)
+  got = flops.training_flops_per_token(c, model)
+  s, d, dg, e, v = 128, 256, 64, 128, 30522
+  p = int(0.155 * s) / s   # ELECTRA masks int((0.15 + 0.005) * L) tokens.
+  generator = (2 * e * dg + 12 * (24 * dg * dg + 4 * s * dg)
+               + p * 2 * (dg * e + e * v))
+  discriminator = 2 * e * d + 12 * (24 * d * d + 4 * s * d) + 2 * (d * d + d)
+  assert got == pytest.approx(3 * (generator + discriminator), rel=1e-12)
+
+
+def test_distillation_adds_the_teachers_forward_only():
+  teacher = bert.BertConfig.from_size('base', vocab_size=30522)
+  student = dataclasses.replace(teacher, num_layers=6)
+  c = _cfg('distillation')
+  got = flops.training_flops_per_token(c, student, teacher)
+  alone = flops.training_flops_per_token(_cfg(), student)
+  teacher_forward = flops.training_flops_per_token(_cfg(), teacher) / 3
+  assert got == pytest.approx(alone + teacher_forward, rel=1e-12)
+  with pytest.raises(ValueError, match='teacher'):
+    flops.training_flops_per_token(c, student)
+
+
+@pytest.mark.parametrize('kind, peak', [
+    ('NVIDIA H100 80GB HBM3', 989e12), ('NVIDIA H200', 989e12),
+    ('NVIDIA A100-SXM4-40GB', 312e12), ('TPU v4', 275e12),
+    ('TPU v5 lite', 197e12), ('TPU v5p', 459e12), ('TPU v6 lite', 918e12),
+    ('cpu', None)])
+def test_peak_by_device_kind(kind, peak):
+  assert flops.peak_flops(kind) == peak
