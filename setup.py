@@ -32,7 +32,10 @@ setuptools.setup(
         'tqdm>=4.66,<5',
     ],
     extras_require={
-        'test': ['pytest>=8,<10', 'hypothesis>=6.100,<7', 'scipy>=1.11,<2'],
+        'test': ['pytest>=8,<10', 'hypothesis>=6.100,<7', 'scipy>=1.11,<2',
+                 'matplotlib>=3.9,<4'],
+        # experiments/compare.py's plots.
+        'compare': ['matplotlib>=3.9,<4'],
         # Peers measured side by side in experiments/benchmarks/.
         'bench': ['torch>=2.6,<3', 'transformers>=5,<6'],
     },

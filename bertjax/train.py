@@ -157,6 +157,15 @@ def most_frequent_token(unigram_counts: np.ndarray) -> int:
   return int(np.argmax(counts))
 
 
+def trainable_parameters(params, trainable=None) -> int:
+  """Parameters that train (a frozen teacher's excluded)."""
+  sizes = jax.tree.map(lambda x: int(np.prod(x.shape)), nn.unbox(params))
+  if trainable is not None:
+    sizes = jax.tree.map(lambda n, t: n if t else 0, sizes,
+                         trainable(nn.unbox(params)))
+  return sum(jax.tree.leaves(sizes))
+
+
 def baseline_accuracy(batches: list[dict], token: int) -> float:
   """Accuracy of always predicting ``token`` at the eval batches' positions."""
   hits = sum(float((b['masked_weights'] * (b['masked_ids'] == token)).sum())
@@ -301,7 +310,10 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     if is_main:
       _write_json_atomic(os.path.join(workdir, _RUN_META), {
           'identity': run_identity(cfg), 'tokenizer_sha256': tokenizer.sha256,
-          'vocab_size': tokenizer.vocab_size, 'config': cfg.to_dict()})
+          'vocab_size': tokenizer.vocab_size, 'config': cfg.to_dict(),
+          'trainable_parameters': trainable_parameters(
+              abstract_state.params, task.trainable),
+          'flops_per_token': task.flops_per_token})
       tokenizer.save(os.path.join(workdir, 'tokenizer.model'))
     ckpt = checkpoint_lib.Checkpointer(
         os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
