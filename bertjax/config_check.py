@@ -158,9 +158,10 @@ def _raw_moments_with_other_beta2(cfg) -> str | None:
 
 
 def _bert_optimizer_on_packed_data(cfg) -> str | None:
-  """Only BERT uses raw-moment Adam, and only on its NSP pairs."""
+  """Among MLM models only BERT uses raw-moment Adam, and only on its NSP
+  pairs (ELECTRA, which uses it too, trains another objective)."""
   if (cfg.data.layout != 'full_sentences' or
-      cfg.optimizer.name != 'bert_adamw'):
+      cfg.optimizer.name != 'bert_adamw' or cfg.objective.name != 'bert'):
     return None
   return ("data.layout='full_sentences' with optimizer.name='bert_adamw' is "
           "BERT's optimizer (no bias correction) on RoBERTa's data: RoBERTa "

@@ -75,23 +75,9 @@ def masked_fraction(cfg) -> float:
              cfg.masking.max_predictions_per_seq / cfg.data.max_seq_length)
 
 
-def electra_generator_config(model: bert_lib.BertConfig, electra
-                             ) -> bert_lib.BertConfig:
-  """ELECTRA's generator: the discriminator's depth x layers_fraction and
-  width x hidden_fraction, heads of 64, FFN 4 x width (electra's
-  get_generator_config)."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  width = int(model.hidden_size * electra.generator_hidden_fraction)
-  return dataclasses.replace(
-      model, hidden_size=width, num_heads=max(1, width // 64),
-      intermediate_size=4 * width,
-      num_layers=max(1, round(model.num_layers
-                              * electra.generator_layers_fraction)),
-      embedding_size=model.embedding_width)
-
-
 def training_flops_per_token(cfg, model: bert_lib.BertConfig,
-                             teacher: bert_lib.BertConfig | None = None
+                             teacher: bert_lib.BertConfig | None = None,
+                             generator: bert_lib.BertConfig | None = None
                              ) -> float:
   """Training FLOPs per (real) token of ``cfg``'s objective.
 
@@ -100,11 +86,13 @@ def training_flops_per_token(cfg, model: bert_lib.BertConfig,
     model: the trained network's config (``config_lib.model_config``; for
       ELECTRA the discriminator, for distillation the student).
     teacher: the teacher's config, for ``distillation``.
+    generator: ELECTRA's generator config (models/electra.py).
   """
   s = cfg.data.max_seq_length
   name = cfg.objective.name
   if name == 'electra':
-    generator = electra_generator_config(model, cfg.electra)
+    if generator is None:
+      raise ValueError('ELECTRA FLOPs need the generator\'s config.')
     p = int((cfg.electra.mask_prob + 0.005) * s) / s
     d = model.hidden_size
     discriminator_head = 2 * (d * d + d)

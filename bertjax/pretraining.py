@@ -6,7 +6,9 @@ holds both, as pure functions:
 
   init(key, batch) -> params          boxed with logical axis names
   loss(params, batch, key, deterministic) -> (loss, metric sums)
-  trainable(params) -> bool pytree    False for frozen leaves (a teacher)
+  trainable(params) -> bool pytree    False for frozen leaves (a teacher);
+                                      called on boxed and plain params, so
+                                      a box counts as one leaf
 
 ``key`` is the step's key (dropout, and for ELECTRA its masking and
 sampling); evaluation passes a fixed key with ``deterministic=True``. The
@@ -69,9 +71,26 @@ def bert_task(cfg, vocab_size: int) -> Task:
               flops_per_token=flops.training_flops_per_token(cfg, model_cfg))
 
 
+def prepare_config(cfg):
+  """``cfg`` with what its family derives before any data is read: for
+  distillation, the teacher's tokenizer (checked first). Others: as is."""
+  if cfg.objective.name == 'distillation':
+    from bertjax import distill  # pylint: disable=g-import-not-at-top
+    return distill.prepare_config(cfg)
+  return cfg
+
+
 def make_task(cfg, vocab_size: int) -> Task:
   """The task of ``cfg.objective.name``; ``vocab_size`` is padded."""
   name = cfg.objective.name
   if name == 'bert':
     return bert_task(cfg, vocab_size)
+  if name == 'electra':
+    # Imported here: bertjax.electra builds on this module's Task.
+    from bertjax import electra  # pylint: disable=g-import-not-at-top
+    return electra.electra_task(cfg, vocab_size)
+  if name == 'distillation':
+    # Imported here: bertjax.distill builds on this module's Task.
+    from bertjax import distill  # pylint: disable=g-import-not-at-top
+    return distill.distillation_task(cfg, vocab_size)
   raise ValueError(f'objective.name={name!r}; use one of {OBJECTIVES}.')

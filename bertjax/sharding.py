@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import flax.linen as nn
 import jax
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
@@ -47,7 +48,7 @@ def make_mesh(sizes: Sequence[int], devices=None) -> Mesh:
   devices = jax.devices() if devices is None else devices
   shape = mesh_shape(sizes, len(devices))
   device_array = np.asarray(devices).reshape(shape) if len(devices) == 1 else (
-      jax.experimental.mesh_utils.create_device_mesh(shape, devices))
+      mesh_utils.create_device_mesh(shape, devices))
   return Mesh(device_array, MESH_AXES)
 
 

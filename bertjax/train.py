@@ -182,6 +182,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   token at the same positions.
   """
   # ---- Checks that read no data and write nothing.
+  cfg = pretraining.prepare_config(cfg)   # E.g. a teacher's tokenizer.
   config_lib.validate(cfg)
   for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
     logging.warning('config: %s', warning)

@@ -4,11 +4,12 @@ Post-LayerNorm Transformer encoder with learned positions and token types
 (Devlin et al., 2019), with ALBERT's options (Lan et al., 2020, Sec. 3.1):
 a factorized embedding (vocabulary embedded in E dimensions, projected to
 the model width H) and cross-layer parameter sharing (all layers, or
-groups of consecutive layers, share one set of weights), and SpanBERT's
-span boundary head (Joshi et al., 2020, Sec. 3.2). Every parameter carries
-logical axis names and every activation is constrained at layer
-boundaries; the rules that map logical names to mesh axes live in the
-experiment config, never here.
+groups of consecutive layers, share one set of weights), SpanBERT's span
+boundary head (Joshi et al., 2020, Sec. 3.2), and DistilBERT's student
+options (Sanh et al., 2019): no token-type embedding, no pooler or NSP
+head. Every parameter carries logical axis names and every activation is
+constrained at layer boundaries; the rules that map logical names to mesh
+axes live in the experiment config, never here.
 
 Logical names. Parameters: ``vocab``, ``embed``, ``factor`` (ALBERT's
 factorized embedding width E, where it differs from the model width),
@@ -52,6 +53,7 @@ class BertConfig:
   num_heads: int = 12
   intermediate_size: int = 3072
   max_position_embeddings: int = 512
+  # Rows of the token-type table; 0 = no token-type embedding (DistilBERT).
   type_vocab_size: int = 2
   # ALBERT: embedding width E (0 = hidden_size, no projection), and the
   # number of distinct layers, each shared by consecutive layers (0 = none
@@ -62,6 +64,9 @@ class BertConfig:
   # SpanBERT's span boundary objective head: the number of relative
   # positions it embeds (200 in the paper); 0 = no head.
   sbo_positions: int = 0
+  # The pooler and the sentence-pair (NSP/SOP) classifier over [CLS];
+  # DistilBERT's student has neither.
+  with_pooler_nsp: bool = True
   hidden_dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
   layer_norm_epsilon: float = 1e-12
@@ -142,7 +147,9 @@ def _gelu(cfg: BertConfig, x):
 
 class Embeddings(nn.Module):
   """Word + position + token-type embeddings, LayerNorm, dropout; with
-  ``cfg.factorized``, all E-wide and then projected to H (ALBERT)."""
+  ``cfg.factorized``, all E-wide and then projected to H (ALBERT). With
+  ``cfg.type_vocab_size`` 0 there is no token-type table and
+  ``token_type_ids`` are ignored (DistilBERT)."""
   cfg: BertConfig
 
   def setup(self):
@@ -154,9 +161,10 @@ class Embeddings(nn.Module):
     self.position = nn.Embed(cfg.max_position_embeddings, width,
                              embedding_init=_init(cfg, ('pos', axis)),
                              param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    self.token_type = nn.Embed(cfg.type_vocab_size, width,
-                               embedding_init=_init(cfg, ('types', axis)),
-                               param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    if cfg.type_vocab_size:
+      self.token_type = nn.Embed(cfg.type_vocab_size, width,
+                                 embedding_init=_init(cfg, ('types', axis)),
+                                 param_dtype=cfg.param_dtype, dtype=cfg.dtype)
     self.layer_norm = LayerNorm(cfg, axis)
     self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
     if cfg.factorized:
@@ -167,8 +175,9 @@ class Embeddings(nn.Module):
 
   def __call__(self, input_ids, token_type_ids, deterministic: bool):
     positions = jnp.arange(input_ids.shape[1])[None, :]
-    x = (self.word(input_ids) + self.position(positions)
-         + self.token_type(token_type_ids))
+    x = self.word(input_ids) + self.position(positions)
+    if self.cfg.type_vocab_size:
+      x = x + self.token_type(token_type_ids)
     x = self.dropout(self.layer_norm(x), deterministic=deterministic)
     if self.cfg.factorized:
       x = self.projection(x)
@@ -308,7 +317,8 @@ class BertForPreTraining(nn.Module):
   ``attention_mask``) and ``masked_positions`` ``[B, P]``. Returns a dict:
   ``mlm_logits`` float32 [B, P, V] (only the masked positions are projected
   onto the vocabulary), ``nsp_logits`` float32 [B, 2], ``sequence_output``
-  [B, L, D] and ``pooled_output`` [B, D]; with ``cfg.sbo_positions``, also
+  [B, L, D] and ``pooled_output`` [B, D] (these two heads' outputs only with
+  ``cfg.with_pooler_nsp``, the default); with ``cfg.sbo_positions``, also
   ``sbo_logits`` float32 [B, P, V] (SpanBERT's span boundary predictions,
   which need ``masked_unit_start`` [B, P] from the masking pipeline).
   """
@@ -321,10 +331,14 @@ class BertForPreTraining(nn.Module):
     distinct = cfg.num_layer_groups or cfg.num_layers
     groups = [EncoderLayer(cfg, name=f'layer_{g}') for g in range(distinct)]
     self.layers = [groups[cfg.layer_group(i)] for i in range(cfg.num_layers)]
-    self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
-                           param_dtype=cfg.param_dtype,
-                           kernel_init=_init(cfg, ('embed', 'mlp')),
-                           bias_init=_zeros(('mlp',)))
+    if cfg.with_pooler_nsp:
+      self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
+                             param_dtype=cfg.param_dtype,
+                             kernel_init=_init(cfg, ('embed', 'mlp')),
+                             bias_init=_zeros(('mlp',)))
+      self.nsp = nn.Dense(2, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                          kernel_init=_init(cfg, ('embed', 'classes')),
+                          bias_init=_zeros(('classes',)))
     # The transform maps H to the embedding width, for the tied decoder.
     self.mlm_transform = nn.Dense(
         cfg.embedding_width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
@@ -334,9 +348,6 @@ class BertForPreTraining(nn.Module):
     self.mlm_norm = LayerNorm(cfg, cfg.embedding_axis)
     self.mlm_bias = self.param('mlm_output_bias', _zeros(('vocab',)),
                                (cfg.vocab_size,), cfg.param_dtype)
-    self.nsp = nn.Dense(2, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                        kernel_init=_init(cfg, ('embed', 'classes')),
-                        bias_init=_zeros(('classes',)))
     if cfg.sbo_positions:
       self.sbo = SpanBoundaryHead(cfg)
       self.sbo_bias = self.param('sbo_output_bias', _zeros(('vocab',)),
@@ -354,7 +365,6 @@ class BertForPreTraining(nn.Module):
                masked_positions, masked_unit_start=None,
                deterministic: bool = True):
     x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
-    pooled = jnp.tanh(self.pooler(x[:, 0]))
     # Sparse head: gather the P masked positions before the V projection.
     h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
     h = _constrain(h, 'act_batch', 'act_predictions', 'act_embed')
@@ -362,12 +372,11 @@ class BertForPreTraining(nn.Module):
     logits = self.embeddings.attend(h) + self.mlm_bias.astype(self.cfg.dtype)
     logits = _constrain(logits.astype(jnp.float32), 'act_batch',
                         'act_predictions', 'act_vocab')
-    outputs = {
-        'mlm_logits': logits,
-        'nsp_logits': self.nsp(pooled).astype(jnp.float32),
-        'sequence_output': x,
-        'pooled_output': pooled,
-    }
+    outputs = {'mlm_logits': logits, 'sequence_output': x}
+    if self.cfg.with_pooler_nsp:
+      pooled = jnp.tanh(self.pooler(x[:, 0]))
+      outputs['pooled_output'] = pooled
+      outputs['nsp_logits'] = self.nsp(pooled).astype(jnp.float32)
     if self.cfg.sbo_positions:
       if masked_unit_start is None:
         raise ValueError('the span boundary head needs masked_unit_start.')

@@ -17,6 +17,7 @@ PRESETS = [
     ('bert_wwm', None), ('ngram_masking', None), ('span_masking', None),
     ('albert', 'size=base'), ('albert', 'size=large'), ('spanbert', None),
     ('roberta', 'size=base'), ('roberta', 'size=large'),
+    ('electra', 'size=small'), ('electra', 'size=base'),
     ('demo', None), ('mixture', None),
     ('ernie', 'stage=mixed'),
 ]

@@ -7,6 +7,7 @@ import pytest
 from bertjax import config_lib
 from bertjax import flops
 from bertjax.models import bert
+from bertjax.models import electra as electra_model
 
 
 def _cfg(objective='bert', seq=128, predictions=20, **objective_fields):
@@ -74,7 +75,10 @@ def test_electra_is_generator_plus_discriminator():
   model = bert.BertConfig.from_size('base', vocab_size=30522, hidden_size=256,
                                     num_heads=4, intermediate_size=1024,
                                     embedding_size=128)
-  got = flops.training_flops_per_token(c, model)
+  generator = electra_model.generator_config(model, 0.25)
+  got = flops.training_flops_per_token(c, model, generator=generator)
+  with pytest.raises(ValueError, match='generator'):
+    flops.training_flops_per_token(c, model)
   s, d, dg, e, v = 128, 256, 64, 128, 30522
   p = int(0.155 * s) / s   # ELECTRA masks int((0.15 + 0.005) * L) tokens.
   generator = (2 * e * dg + 12 * (24 * dg * dg + 4 * s * dg)

@@ -1,0 +1,446 @@
+"""DistilBERT: a student distilled from a bertjax teacher, as a ``Task``.
+
+Sanh et al. 2019, "DistilBERT, a distilled version of BERT: smaller,
+faster, cheaper and lighter", Sec. 2-3, as Hugging Face's
+examples/research_projects/distillation (distiller.py, train.py,
+scripts/extract_distilbert.py) does it:
+
+- The teacher is the latest checkpoint of another bertjax run
+  (``distillation.teacher_workdir``): its architecture from the run's
+  ``run_meta.json``, its parameters restored with orbax. It is frozen and
+  runs without dropout, under ``stop_gradient``.
+- The student has the teacher's width (and vocabulary, positions, FFN and
+  heads) and ``distillation.student_layers`` layers (0 = half the
+  teacher's), no token-type embedding, no pooler and no NSP head. It starts
+  as a copy of the teacher: word and position embeddings and their
+  LayerNorm, evenly spaced teacher layers (``teacher_layers_for_student``)
+  and the MLM head (transform, LayerNorm, output bias; the decoder is tied
+  to the word embeddings).
+- Loss = ``kl_weight`` x T^2 x KL(teacher || student) of the MLM
+  distributions softened at temperature T, mean over the masked positions
+  + ``mlm_weight`` x the student's MLM loss + ``cosine_weight`` x (1 -
+  cos) between the student's and the teacher's last hidden states, mean
+  over non-pad tokens (5.0, 2.0, 1.0 and T = 2 in Hugging Face's
+  training command).
+
+This run's ``model`` section gives the student's dropout rates and dtypes
+(the compute dtype is the teacher's too); its architecture fields are not
+used: the student's architecture is the teacher's.
+
+How the teacher gets into the parameters. The trainer creates the state
+inside ``jax.jit(init, out_shardings=...)`` with no arguments
+(``sharding.create_sharded``), and restoring from disk inside a traced
+function is impossible. So the task restores the teacher when it is built,
+as host numpy arrays (before anything compiles, which is also where a bad
+checkpoint fails), and ``init`` closes over them: the teacher's values
+enter that one-off init executable as constants, and the student is a
+function of them. Both become ordinary sharded leaves of the state (the
+teacher under ``params['teacher']``, sharded by the same logical rules), so
+the train step receives the teacher as an argument, never as a constant,
+and checkpoints hold it (a resumed run restores it from its own checkpoint).
+The constant costs host memory and compile time in proportion to the
+teacher (for a BERT-base teacher on a 2-core CPU: 1.8 s to restore it,
+5.5 s to create the state, 2.9 GB peak host memory); a trainer that passed
+the restored teacher to ``init`` as an argument would avoid it.
+
+Departures from the reference: the soft-target KL is over the masked
+positions (Hugging Face's ``--restrict_ce_to_mask``; its README's command
+computes it over every non-pad token, which would need the vocabulary
+projection at every position, against the sparse MLM head); tokens are
+chosen for masking uniformly, not with the XLM-style frequency smoothing
+(``mlm_smoothing`` 0.7) of Hugging Face's distiller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import config_lib
+from bertjax import flops
+from bertjax import objectives
+from bertjax import pretraining
+from bertjax.models import bert as bert_lib
+from data_pipelines import tokenizer as tokenizer_lib
+
+# What bertjax.train writes in a workdir (not imported from it: train.py is
+# also run as __main__, and importing it again would define its flags twice).
+RUN_META = 'run_meta.json'
+TOKENIZER_MODEL = 'tokenizer.model'
+CHECKPOINTS = 'checkpoints'
+# torch.nn.CosineEmbeddingLoss's guard against zero vectors.
+_COSINE_EPS = 1e-12
+
+
+class TeacherError(ValueError):
+  """The teacher run cannot teach this run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherRun:
+  """What a teacher workdir holds, read without restoring any parameter."""
+  workdir: str
+  step: int                           # Its latest checkpoint.
+  model: bert_lib.BertConfig          # Only what distillation runs.
+  tokenizer_sha256: str
+  vocab_size: int                     # Padded, as the model's.
+
+
+def _sha256(path: str) -> str:
+  with open(path, 'rb') as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def read_teacher(cfg) -> TeacherRun:
+  """Checks ``cfg.distillation.teacher_workdir`` and reads its run.
+
+  Raises:
+    TeacherError: the workdir is unset or missing, or has no run metadata
+      or checkpoint, or its run is not a BERT-family MLM model this task
+      can distill.
+  """
+  workdir = cfg.distillation.teacher_workdir
+  if not workdir:
+    raise TeacherError(
+        'distillation.teacher_workdir is empty: set it to the workdir of a '
+        'finished bertjax run (objective.name="bert"), e.g. '
+        '--config.distillation.teacher_workdir=$WORK/bert-base.')
+  if not os.path.isdir(workdir):
+    raise TeacherError(f'distillation.teacher_workdir={workdir!r} is not a '
+                       'directory.')
+  meta_path = os.path.join(workdir, RUN_META)
+  if not os.path.isfile(meta_path):
+    raise TeacherError(f'distillation.teacher_workdir={workdir!r} has no '
+                       f'{RUN_META}: it is not the workdir of a bertjax run.')
+  step = checkpoint_lib.latest_step(os.path.join(workdir, CHECKPOINTS))
+  if step is None:
+    raise TeacherError(f'distillation.teacher_workdir={workdir!r} has no '
+                       'checkpoint to restore the teacher from.')
+  with open(meta_path) as f:
+    meta = json.load(f)
+  teacher_cfg = ml_collections.ConfigDict(meta['config'])
+  if teacher_cfg.objective.name != 'bert':
+    raise TeacherError(
+        f'distillation.teacher_workdir={workdir!r} holds an '
+        f'objective.name={teacher_cfg.objective.name!r} run; the teacher '
+        'must be a BERT-family MLM model (objective.name="bert").')
+  if teacher_cfg.model.num_layer_groups:
+    raise TeacherError(
+        f'distillation.teacher_workdir={workdir!r} shares layers across '
+        f'depth (model.num_layer_groups={teacher_cfg.model.num_layer_groups}'
+        '); the student copies distinct teacher layers, so the teacher '
+        'must have none shared.')
+  vocab_size = tokenizer_lib.padded_vocab_size(meta['vocab_size'])
+  # The compute dtype is this run's; the SBO, pooler and NSP heads are
+  # neither run nor restored.
+  model = dataclasses.replace(
+      config_lib.model_config(teacher_cfg, vocab_size), sbo_positions=0,
+      with_pooler_nsp=False, dtype=jnp.dtype(cfg.model.dtype))
+  return TeacherRun(workdir, step, model, meta['tokenizer_sha256'],
+                    vocab_size)
+
+
+def _check_tokenizer(model_path: str, teacher: TeacherRun) -> None:
+  if (not os.path.isfile(model_path) or
+      _sha256(model_path) != teacher.tokenizer_sha256):
+    raise TeacherError(
+        f'data.tokenizer.model_path={model_path!r} is not the tokenizer the '
+        f'teacher in {teacher.workdir!r} was trained with (sha256 '
+        f'{teacher.tokenizer_sha256[:12]}); the student must read the '
+        'teacher\'s tokens: set it to '
+        f'{os.path.join(teacher.workdir, TOKENIZER_MODEL)!r}.')
+
+
+def prepare_config(cfg) -> ml_collections.ConfigDict:
+  """``cfg`` set up to learn from its teacher; checks the teacher first.
+
+  The student must read the teacher's tokens: an empty
+  ``data.tokenizer.model_path`` becomes the teacher's saved tokenizer, and
+  a set one must be the same model (sha256). The trainer loads the
+  tokenizer before it builds the task, so the path only takes effect when
+  this runs before that; the task itself only checks.
+
+  Args:
+    cfg: an experiment config with ``objective.name='distillation'``.
+
+  Returns:
+    A copy of ``cfg`` (references resolved) with the tokenizer path set.
+
+  Raises:
+    TeacherError: as ``read_teacher``, or when the tokenizer differs.
+  """
+  teacher = read_teacher(cfg)
+  cfg = cfg.copy_and_resolve_references()
+  tok = cfg.data.tokenizer
+  if tok.model_path:
+    _check_tokenizer(tok.model_path, teacher)
+  else:
+    tok.model_path = os.path.join(teacher.workdir, TOKENIZER_MODEL)
+  return cfg
+
+
+def teacher_layers_for_student(teacher_layers: int, student_layers: int
+                               ) -> tuple[int, ...]:
+  """The teacher layer that initialises each student layer.
+
+  Evenly spaced from the teacher's first layer to its last, halves rounded
+  up. For 12 -> 6 these are layers 0, 2, 4, 7, 9, 11, the ones Hugging
+  Face's ``scripts/extract_distilbert.py`` copies into DistilBERT: the
+  paper's "one layer out of two", with the teacher's last layer kept (the
+  cosine loss aligns the student's last hidden states with its output). A
+  one-layer student starts from the first layer.
+  """
+  if not 1 <= student_layers <= teacher_layers:
+    raise ValueError(f'a student of {student_layers} layers cannot be taken '
+                     f'from a teacher of {teacher_layers}.')
+  if student_layers == 1:
+    return (0,)
+  gaps = student_layers - 1
+  # round(i * (T - 1) / (S - 1)) with halves up, in integers.
+  return tuple((2 * i * (teacher_layers - 1) + gaps) // (2 * gaps)
+               for i in range(student_layers))
+
+
+def student_params_from_teacher(teacher: dict, layers: tuple[int, ...]
+                                ) -> dict:
+  """The student's parameters, copied from the teacher's (plain arrays).
+
+  Student layer i is teacher layer ``layers[i]``; the embeddings lose their
+  token-type table; the MLM head is the teacher's. Works on any array type
+  (numpy, jax, tracers): it only selects leaves.
+  """
+  student = {'embeddings': {k: v for k, v in teacher['embeddings'].items()
+                            if k != 'token_type'}}
+  for i, source in enumerate(layers):
+    student[f'layer_{i}'] = teacher[f'layer_{source}']
+  for name in ('mlm_transform', 'mlm_norm', 'mlm_output_bias'):
+    student[name] = teacher[name]
+  return student
+
+
+def student_config(cfg, teacher: bert_lib.BertConfig) -> bert_lib.BertConfig:
+  """The teacher's architecture at the student's depth, with no token-type
+  table, pooler, NSP or SBO head; dropout and dtypes from ``cfg.model``."""
+  layers = cfg.distillation.student_layers or teacher.num_layers // 2
+  m = cfg.model
+  return dataclasses.replace(
+      teacher, num_layers=layers, type_vocab_size=0, with_pooler_nsp=False,
+      sbo_positions=0, hidden_dropout_rate=m.hidden_dropout_rate,
+      attention_dropout_rate=m.attention_dropout_rate,
+      dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype))
+
+
+def _abstract_params(model: bert_lib.BertForPreTraining):
+  """The model's boxed parameters as shapes (they depend on no input)."""
+  ids = jnp.zeros((1, 1), jnp.int32)
+  return jax.eval_shape(
+      lambda: model.init(jax.random.key(0), ids, ids, ids, ids)['params'])
+
+
+def restore_teacher_params(teacher: TeacherRun, abstract_params) -> dict:
+  """The teacher's parameters at its latest step, as host numpy arrays.
+
+  Only the leaves of ``abstract_params`` (unboxed shapes and dtypes) are
+  read: not the optimizer state, nor heads distillation does not run.
+  """
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  restore_args = jax.tree.map(
+      lambda x: ocp.RestoreArgs(restore_type=np.ndarray, dtype=x.dtype),
+      abstract_params)
+  with ocp.CheckpointManager(
+      os.path.abspath(os.path.join(teacher.workdir, CHECKPOINTS)),
+      item_handlers={'state': ocp.PyTreeCheckpointHandler()}) as manager:
+    restored = manager.restore(teacher.step, args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(
+            item={'params': abstract_params},
+            restore_args={'params': restore_args}, partial_restore=True)))
+  params = restored['state']['params']
+  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  if shapes(params) != shapes(abstract_params):
+    raise TeacherError(f'the checkpoint at step {teacher.step} in '
+                       f'{teacher.workdir!r} does not hold the model its '
+                       f'{RUN_META} describes.')
+  return params
+
+
+def soft_target_kl(student_logits: jax.Array, teacher_logits: jax.Array,
+                   weights: jax.Array, temperature: float):
+  """T^2 x KL(teacher || student) at temperature T, mean over predictions.
+
+  As Hugging Face's distiller: ``KLDivLoss(reduction='batchmean')`` of
+  ``log_softmax(s / T)`` against ``softmax(t / T)`` over the selected
+  positions, times T^2 (which keeps its gradients on the scale of the hard
+  loss's, Hinton et al. 2015).
+
+  Args:
+    student_logits: float [B, P, V].
+    teacher_logits: float [B, P, V].
+    weights: float32 [B, P], 1 for real prediction slots, 0 for padding.
+    temperature: T > 0.
+  """
+  log_p_teacher = jax.nn.log_softmax(
+      teacher_logits.astype(jnp.float32) / temperature)
+  log_p_student = jax.nn.log_softmax(
+      student_logits.astype(jnp.float32) / temperature)
+  kl = jnp.sum(jnp.exp(log_p_teacher) * (log_p_teacher - log_p_student),
+               axis=-1) * temperature**2
+  total, count = jnp.sum(weights * kl), jnp.sum(weights)
+  return total / jnp.maximum(count, 1.0), {'kl_loss_sum': total,
+                                           'kl_count': count}
+
+
+def hidden_cosine(student_hidden: jax.Array, teacher_hidden: jax.Array,
+                  attention_mask: jax.Array):
+  """Mean of 1 - cos(student, teacher) over non-pad tokens.
+
+  As ``torch.nn.CosineEmbeddingLoss`` with target 1 on the last hidden
+  states of the tokens the attention mask keeps.
+
+  Args:
+    student_hidden: float [B, L, D].
+    teacher_hidden: float [B, L, D].
+    attention_mask: int [B, L], 1 for real tokens.
+  """
+  s = student_hidden.astype(jnp.float32)
+  t = teacher_hidden.astype(jnp.float32)
+  cos = jnp.sum(s * t, axis=-1) / jnp.sqrt(
+      (jnp.sum(s * s, axis=-1) + _COSINE_EPS) *
+      (jnp.sum(t * t, axis=-1) + _COSINE_EPS))
+  weights = attention_mask.astype(jnp.float32)
+  total, count = jnp.sum(weights * (1.0 - cos)), jnp.sum(weights)
+  return total / jnp.maximum(count, 1.0), {'cos_loss_sum': total,
+                                           'cos_count': count}
+
+
+def distillation_objective(student: dict, teacher: dict, batch: dict,
+                           temperature: float, kl_weight: float,
+                           mlm_weight: float, cosine_weight: float):
+  """DistilBERT's loss from both models' outputs (``mlm_logits`` [B, P, V],
+  ``sequence_output`` [B, L, D]) and the batch.
+
+  Metric sums: ``kl_*``, ``cos_*``, the student's ``mlm_*`` and the
+  teacher's ``teacher_mlm_*`` (its accuracy on the same predictions).
+  """
+  weights = batch['masked_weights']
+  kl, metrics = soft_target_kl(student['mlm_logits'], teacher['mlm_logits'],
+                               weights, temperature)
+  mlm, mlm_metrics = objectives.masked_lm(student['mlm_logits'],
+                                          batch['masked_ids'], weights)
+  cos, cos_metrics = hidden_cosine(student['sequence_output'],
+                                   teacher['sequence_output'],
+                                   batch['attention_mask'])
+  _, teacher_metrics = objectives.masked_lm(teacher['mlm_logits'],
+                                            batch['masked_ids'], weights)
+  metrics.update(mlm_metrics)
+  metrics.update(cos_metrics)
+  metrics.update({f'teacher_{k}': v for k, v in teacher_metrics.items()})
+  return kl_weight * kl + mlm_weight * mlm + cosine_weight * cos, metrics
+
+
+def _is_box(x) -> bool:
+  return isinstance(x, nn.Partitioned)
+
+
+def _box(abstract, values):
+  """``values`` (plain arrays) in the boxes (logical names) of
+  ``abstract``, cast to its dtypes."""
+  return jax.tree.map(
+      lambda box, value: box.replace_boxed(
+          jnp.asarray(value, box.value.dtype)),
+      abstract, values, is_leaf=_is_box)
+
+
+def distillation_task(cfg, vocab_size: int) -> pretraining.Task:
+  """The student and its frozen teacher: ``params = {'student': ...,
+  'teacher': ...}``; ``vocab_size`` is this run's (padded).
+
+  Restores the teacher now (see the module docstring for why).
+
+  Raises:
+    TeacherError: as ``prepare_config``; when this run's tokenizer was not
+      set to the teacher's; when the teacher cannot serve this run's
+      sequence length.
+  """
+  d = cfg.distillation
+  if d.temperature <= 0 or min(d.kl_weight, d.mlm_weight,
+                               d.cosine_weight) < 0:
+    raise ValueError(
+        f'distillation.temperature={d.temperature} must be > 0 and the '
+        'weights (kl_weight, mlm_weight, cosine_weight) >= 0.')
+  teacher = read_teacher(cfg)
+  model_path = cfg.data.tokenizer.model_path
+  if not model_path:
+    # The trainer has already loaded a tokenizer trained on the corpus.
+    raise TeacherError(
+        'data.tokenizer.model_path is "": this run tokenizes with a model '
+        'trained on its corpus, but the student must read the teacher\'s '
+        'tokens. Set --config.data.tokenizer.model_path='
+        f'{os.path.join(teacher.workdir, TOKENIZER_MODEL)} '
+        '(experiments/configs/distilbert.py sets it from '
+        'distillation.teacher_workdir).')
+  _check_tokenizer(model_path, teacher)
+  if teacher.vocab_size != vocab_size:
+    raise TeacherError(f'the teacher in {teacher.workdir!r} has '
+                       f'{teacher.vocab_size} vocabulary rows; this run '
+                       f'has {vocab_size}.')
+  if cfg.data.max_seq_length > teacher.model.max_position_embeddings:
+    raise TeacherError(
+        f'data.max_seq_length={cfg.data.max_seq_length} exceeds the '
+        f'teacher\'s max_position_embeddings='
+        f'{teacher.model.max_position_embeddings}.')
+  student_cfg = student_config(cfg, teacher.model)
+  if not 1 <= student_cfg.num_layers <= teacher.model.num_layers:
+    raise TeacherError(
+        f'distillation.student_layers={d.student_layers}: the student '
+        f'copies its layers from the teacher\'s {teacher.model.num_layers}, '
+        f'so it needs 1 to {teacher.model.num_layers} (0 = half).')
+  layers = teacher_layers_for_student(teacher.model.num_layers,
+                                      student_cfg.num_layers)
+  teacher_model = bert_lib.BertForPreTraining(teacher.model)
+  student_model = bert_lib.BertForPreTraining(student_cfg)
+  teacher_boxes = _abstract_params(teacher_model)
+  student_boxes = _abstract_params(student_model)
+  teacher_values = restore_teacher_params(teacher, nn.unbox(teacher_boxes))
+
+  def init(key, batch):
+    del key, batch   # The student is a function of the teacher alone.
+    # Constants in the init executable (the module docstring says why).
+    teacher_params = jax.tree.map(jnp.asarray, teacher_values)
+    return {'teacher': _box(teacher_boxes, teacher_params),
+            'student': _box(student_boxes, student_params_from_teacher(
+                teacher_params, layers))}
+
+  def loss(params, batch, key, deterministic):
+    inputs = pretraining.model_inputs(batch)
+    teacher_out = teacher_model.apply(
+        {'params': jax.lax.stop_gradient(params['teacher'])}, *inputs,
+        deterministic=True)
+    student_out = student_model.apply(
+        {'params': params['student']}, *inputs, deterministic=deterministic,
+        rngs=None if deterministic else {'dropout': key})
+    return distillation_objective(student_out, teacher_out, batch,
+                                  d.temperature, d.kl_weight, d.mlm_weight,
+                                  d.cosine_weight)
+
+  def trainable(params):
+    # One flag per parameter, a boxed one included: the trainer also asks
+    # about the boxed parameters, and its optimizer state must have the
+    # same leaves either way.
+    flags = lambda tree, value: jax.tree.map(lambda _: value, tree,
+                                             is_leaf=_is_box)
+    return {'student': flags(params['student'], True),
+            'teacher': flags(params['teacher'], False)}
+
+  return pretraining.Task(
+      init, loss, trainable,
+      flops_per_token=flops.training_flops_per_token(cfg, student_cfg,
+                                                     teacher.model))
