@@ -264,7 +264,8 @@ def _tiny_preset(name, arg, data_dir, **overrides):
   cfg = module.get_config(arg)
   cfg.data.corpus = _config(data_dir).data.corpus
   for key, value in {**TINY, 'data.data_dir': str(data_dir),
-                     'total_steps': 4, 'log_every_steps': 2,
+                     'total_steps': 4, 'num_train_steps': 0,
+                     'log_every_steps': 2,
                      'eval_every_steps': 4, 'checkpoint_every_steps': 4,
                      'optimizer.learning_rate': 1e-3, **overrides}.items():
     *parents, leaf = key.split('.')
@@ -324,3 +325,24 @@ def test_roberta_preset_trains_without_nsp(data_dir, tmp_path):
     assert 'nsp_loss' not in r
     assert r['loss'] == pytest.approx(r['mlm_loss'], rel=1e-3)
   assert 0 <= final['eval_mlm_accuracy'] <= 1
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize('name, arg, strategy', [
+    ('bert_wwm', None, 'whole_word'), ('ngram_masking', None, 'ngram'),
+    ('span_masking', None, 'span'), ('ernie', 'stage=mixed', 'entity')])
+def test_masking_presets_train(data_dir, tmp_path, name, arg, strategy):
+  """The masking presets on the trunk's BERT, 4 tiny steps each."""
+  extra = {'model.num_layers': 2}
+  if name == 'ernie':   # Units from a gazetteer of the corpus's own words.
+    gazetteer = tmp_path / 'gazetteer.txt'
+    gazetteer.write_text('the\nof the\nreturn\nthe value\n')
+    extra['data.gazetteer_path'] = str(gazetteer)
+  cfg = _tiny_preset(name, arg, data_dir, **extra)
+  assert cfg.masking.strategy == strategy
+  train.train_and_evaluate(cfg, str(tmp_path / name))
+  records = _read_jsonl(str(tmp_path / name))
+  assert [r['step'] for r in records] == [2, 4]
+  assert all(math.isfinite(r['loss']) for r in records)
+  if strategy != 'entity':   # Whole words and longer: units above 1 token.
+    assert records[-1]['masking_unit_length_mean'] > 1
