@@ -13,7 +13,8 @@ shared seed and the shared data settings, and a budget: ``steps:N``,
 = N / (training FLOPs per token x batch x sequence length)). Each preset's
 warmup keeps its fraction of the schedule. A run trains in
 ``OUT/runs/NAME`` unless it already finished there (resume is exact, so an
-interrupted comparison continues where it stopped).
+interrupted comparison continues where it stopped; a finished one is
+read, not retrained, and its wall time shows as '-').
 
 Writes to ``OUT``:
 - ``compare.md``: one row per run: objective, parameters, steps, tokens,
@@ -44,6 +45,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:   # Run as a script from a checkout.
   sys.path.insert(0, _ROOT)
 
+from bertjax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 
@@ -211,6 +213,20 @@ def _human(n: float) -> str:
   return f'{n:.3g}'
 
 
+def objective_label(cfg) -> str:
+  """What a run trains, e.g. ``MLM+SOP`` or ``ELECTRA``."""
+  name = cfg.objective.name
+  if name != 'bert':
+    return {'electra': 'ELECTRA (MLM+RTD)',
+            'distillation': 'distillation'}.get(name, name)
+  parts = ['MLM']
+  if cfg.objective.nsp_weight and cfg.data.layout in ('nsp', 'sop'):
+    parts.append(cfg.data.layout.upper())
+  if cfg.objective.get('sbo_weight'):
+    parts.append('SBO')
+  return '+'.join(parts)
+
+
 def table(runs: list[dict]) -> str:
   """The markdown table of the runs' final held-out metrics."""
   head = ['run', 'objective', 'params', 'steps', 'tokens', 'train FLOPs',
@@ -224,7 +240,7 @@ def table(runs: list[dict]) -> str:
     step = last['step']
     tokens = step * cfg.batch_size * cfg.data.max_seq_length
     objective = cfg.objective.name
-    cells = [run['name'], objective, _human(run['parameters'])
+    cells = [run['name'], objective_label(cfg), _human(run['parameters'])
              if run['parameters'] else '-', str(step), _human(tokens),
              _human(tokens * run['flops_per_token']),
              _fmt(run.get('wall_seconds'), 0)]
@@ -292,6 +308,14 @@ def plots(runs: list[dict], out: str) -> list[str]:
   return paths
 
 
+def _finished(run: dict) -> bool:
+  """Whether the run's workdir already holds its last checkpoint (its
+  wall time is then not this invocation's, and shows as '-')."""
+  step = checkpoint_lib.latest_step(os.path.join(run['workdir'],
+                                                 'checkpoints'))
+  return step is not None and step >= run['cfg'].total_steps
+
+
 def compare(runs: list[str], overrides: list[str], budget: str, out: str,
             seed: int = 0) -> str:
   """Trains what has not run, then writes the table and plots to ``out``.
@@ -303,7 +327,7 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
   results = []
   for run in prepared:
     wall = None
-    if run['cfg'] is not None:
+    if run['cfg'] is not None and not _finished(run):
       print(f'== {run["name"]}: {run["cfg"].total_steps} steps in '
             f'{run["workdir"]}', flush=True)
       start = time.time()

@@ -96,3 +96,6 @@ def test_tiny_comparison_writes_table_and_plots(tmp_path):
   strip_wall = lambda md: [r.split(' | ')[:6] + r.split(' | ')[7:]
                            for r in md.strip().split('\n')]
   assert strip_wall(again) == strip_wall(markdown)
+  assert all(r.split(' | ')[6] == '-' for r in again.strip().split('\n')[2:])
+  assert [r.split(' | ')[1] for r in rows[2:]] == ['MLM+NSP', 'MLM',
+                                                   'MLM+SBO']
