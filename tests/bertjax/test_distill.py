@@ -2,7 +2,6 @@
 teacher, the three losses, the teacher checks, the preset, and a tiny run."""
 
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -22,6 +21,7 @@ from bertjax import objectives
 from bertjax import pretraining
 from bertjax import train
 from bertjax.models import bert
+import preset_helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -48,26 +48,12 @@ TINY_MODEL = {
 
 
 def _load(path, arg=None):
-  name = os.path.splitext(os.path.basename(path))[0]
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return preset_helpers.load_preset(
+      os.path.splitext(os.path.basename(path))[0], arg)
 
 
-def _set(cfg, fields):
-  for key, value in fields.items():
-    *parents, leaf = key.split('.')
-    section = cfg
-    for p in parents:
-      section = section[p]
-    section[leaf] = value
-  return cfg
-
-
-def _read_jsonl(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    return [json.loads(line) for line in f]
+_set = preset_helpers.set_fields
+_read_jsonl = preset_helpers.read_jsonl
 
 
 # ---- The encoder's new options leave the default model as it was.

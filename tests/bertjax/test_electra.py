@@ -1,7 +1,6 @@
 """ELECTRA: in-step masking, sampling, losses, the shared-embedding model,
 its parameter counts, the preset, and a tiny end-to-end run."""
 
-import importlib.util
 import json
 import math
 import os
@@ -23,10 +22,9 @@ from bertjax.models import electra as electra_model
 from data_pipelines import masking
 from data_pipelines import pretokenize
 from data_pipelines.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+import preset_helpers
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-CONFIGS = os.path.join(REPO, 'experiments', 'configs')
+REPO, CONFIGS = preset_helpers.REPO, preset_helpers.CONFIGS
 # As tests/bertjax/test_train.py's TINY, with ELECTRA's widths: a 2-layer
 # 32-wide discriminator over 16-wide embeddings, an 8-wide generator.
 TINY = {
@@ -45,29 +43,15 @@ TINY = {
     'eval.num_batches': 2,
     'optimizer.warmup_steps': 2,
 }
-TIMING_FIELDS = ('tokens_per_second', 'tflops_per_second', 'mfu')
+TIMING_FIELDS = preset_helpers.TIMING_FIELDS
 
 
 def _preset(arg=None):
-  spec = importlib.util.spec_from_file_location(
-      'electra_preset', os.path.join(CONFIGS, 'electra.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
-
-
-def _set(cfg, fields):
-  for key, value in fields.items():
-    *parents, leaf = key.split('.')
-    section = cfg
-    for p in parents:
-      section = section[p]
-    section[leaf] = value
-  return cfg
+  return preset_helpers.load_preset('electra', arg)
 
 
 def _tiny(**overrides):
-  return _set(_preset('size=small'), {**TINY, **overrides})
+  return preset_helpers.set_fields(_preset('size=small'), {**TINY, **overrides})
 
 
 def _batch(b=4, length=32, p=4, seed=0):
@@ -414,7 +398,7 @@ def test_preset_trains_end_to_end_deterministically(tmp_path):
   """The preset at a tiny size, twice on the same data: in this process
   and, side by side on the second core, from the command line."""
   data_dir = str(tmp_path / 'data')
-  cfg = _set(_preset('size=small'), {**E2E, 'data.data_dir': data_dir})
+  cfg = preset_helpers.set_fields(_preset('size=small'), {**E2E, 'data.data_dir': data_dir})
   pretokenize.prepare(cfg.data)   # Built once, then only read by both.
   flags = [f'--config.{k}={v}' for k, v in
            {**E2E, 'data.data_dir': data_dir}.items()]

@@ -1,6 +1,5 @@
 """End-to-end runs of the real entry point on a tiny model and corpus."""
 
-import importlib.util
 import json
 import math
 import os
@@ -16,6 +15,7 @@ from bertjax import flops
 from bertjax import train
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import tokenizer as tokenizer_lib
+import preset_helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -35,7 +35,7 @@ TINY = {
     'eval.num_batches': 2,
     'optimizer.warmup_steps': 2,
 }
-TIMING_FIELDS = ('tokens_per_second', 'tflops_per_second', 'mfu')
+TIMING_FIELDS = preset_helpers.TIMING_FIELDS
 
 
 def _config(data_dir, **overrides):
@@ -60,9 +60,7 @@ def _flags(data_dir, **overrides):
   return [f'--config.{k}={v}' for k, v in items.items()]
 
 
-def _read_jsonl(workdir):
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    return [json.loads(line) for line in f]
+_read_jsonl = preset_helpers.read_jsonl
 
 
 def _without_timing(record):
@@ -257,23 +255,13 @@ def test_masking_audit_fails_before_training(data_dir, tmp_path):
 def _tiny_preset(name, arg, data_dir, **overrides):
   """A preset from experiments/configs at the tiny size, on the embedded
   corpus, for 4 steps."""
-  spec = importlib.util.spec_from_file_location(
-      name, os.path.join(REPO, 'experiments', 'configs', f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  cfg = module.get_config(arg)
+  cfg = preset_helpers.load_preset(name, arg)
   cfg.data.corpus = _config(data_dir).data.corpus
-  for key, value in {**TINY, 'data.data_dir': str(data_dir),
-                     'total_steps': 4, 'num_train_steps': 0,
-                     'log_every_steps': 2,
-                     'eval_every_steps': 4, 'checkpoint_every_steps': 4,
-                     'optimizer.learning_rate': 1e-3, **overrides}.items():
-    *parents, leaf = key.split('.')
-    section = cfg
-    for p in parents:
-      section = section[p]
-    section[leaf] = value
-  return cfg
+  return preset_helpers.set_fields(cfg, {
+      **TINY, 'data.data_dir': str(data_dir), 'total_steps': 4,
+      'num_train_steps': 0, 'log_every_steps': 2, 'eval_every_steps': 4,
+      'checkpoint_every_steps': 4, 'optimizer.learning_rate': 1e-3,
+      **overrides})
 
 
 @pytest.mark.e2e
