@@ -13,6 +13,7 @@ import os
 import ml_collections
 
 from bertjax.models import bert as bert_lib
+from bertjax.models import electra as electra_lib
 from bertjax import config_check
 from bertjax import optim
 from data_pipelines import corpus as corpus_lib
@@ -365,6 +366,29 @@ def validate(cfg) -> None:
   _check(cfg.objective.name in OBJECTIVES,
          f'objective.name={cfg.objective.name!r}; use one of {OBJECTIVES}.',
          errors)
+  if cfg.objective.name == 'electra':
+    e = cfg.electra
+    _check(0 < e.mask_prob < 1,
+           f'electra.mask_prob={e.mask_prob} must be in (0, 1).', errors)
+    _check(electra_lib.num_slots(e.mask_prob, d.max_seq_length) >= 1,
+           f'electra.mask_prob={e.mask_prob} with data.max_seq_length='
+           f'{d.max_seq_length} gives no prediction slots '
+           '(int((mask_prob + 0.005) * L) = 0).', errors)
+    _check(0 <= e.mask_token_prob <= 1,
+           f'electra.mask_token_prob={e.mask_token_prob} must be in [0, 1].',
+           errors)
+    _check(e.temperature > 0,
+           f'electra.temperature={e.temperature} must be > 0.', errors)
+    _check(min(e.generator_weight, e.discriminator_weight) >= 0,
+           'electra.generator_weight and electra.discriminator_weight must '
+           'be >= 0.', errors)
+  if cfg.objective.name == 'distillation':
+    t = cfg.distillation
+    _check(t.temperature > 0,
+           f'distillation.temperature={t.temperature} must be > 0.', errors)
+    _check(min(t.kl_weight, t.mlm_weight, t.cosine_weight) >= 0,
+           'distillation weights (kl_weight, mlm_weight, cosine_weight) '
+           'must be >= 0.', errors)
   _check(cfg.objective.sbo_weight >= 0,
          f'objective.sbo_weight={cfg.objective.sbo_weight} must be >= 0.',
          errors)

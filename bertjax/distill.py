@@ -370,12 +370,7 @@ def distillation_task(cfg, vocab_size: int) -> pretraining.Task:
       set to the teacher's; when the teacher cannot serve this run's
       sequence length.
   """
-  d = cfg.distillation
-  if d.temperature <= 0 or min(d.kl_weight, d.mlm_weight,
-                               d.cosine_weight) < 0:
-    raise ValueError(
-        f'distillation.temperature={d.temperature} must be > 0 and the '
-        'weights (kl_weight, mlm_weight, cosine_weight) >= 0.')
+  d = cfg.distillation   # Its values are checked by config_lib.validate.
   teacher = read_teacher(cfg)
   model_path = cfg.data.tokenizer.model_path
   if not model_path:

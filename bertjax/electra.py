@@ -53,9 +53,7 @@ from data_pipelines.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 NEVER_MASKED = (PAD_ID, CLS_ID, SEP_ID, MASK_ID)
 
 
-def num_slots(mask_prob: float, seq_len: int) -> int:
-  """ELECTRA's ``max_predictions_per_seq``: prediction slots per row."""
-  return int((mask_prob + 0.005) * seq_len)
+num_slots = electra_lib.num_slots
 
 
 def scatter_where(ids, positions, values, where):
@@ -183,32 +181,10 @@ def model_configs(cfg, vocab_size: int):
       e.generator_layers_fraction)
 
 
-def _check(e) -> None:
-  errors = []
-  if not 0 < e.mask_prob < 1:
-    errors.append(f'electra.mask_prob={e.mask_prob} must be in (0, 1).')
-  if not 0 <= e.mask_token_prob <= 1:
-    errors.append(f'electra.mask_token_prob={e.mask_token_prob} must be in '
-                  '[0, 1].')
-  if e.temperature <= 0:
-    errors.append(f'electra.temperature={e.temperature} must be > 0.')
-  if e.generator_weight < 0 or e.discriminator_weight < 0:
-    errors.append('electra.generator_weight and electra.discriminator_weight'
-                  ' must be >= 0.')
-  if errors:
-    raise ValueError('invalid config:\n  ' + '\n  '.join(errors))
-
-
 def electra_task(cfg, vocab_size: int) -> pretraining.Task:
   """Generator + discriminator trained together; ``vocab_size`` is padded."""
-  e = cfg.electra
-  _check(e)
+  e = cfg.electra   # Its values are checked by config_lib.validate.
   discriminator, generator = model_configs(cfg, vocab_size)
-  if num_slots(e.mask_prob, cfg.data.max_seq_length) < 1:
-    raise ValueError(
-        f'electra.mask_prob={e.mask_prob} with data.max_seq_length='
-        f'{cfg.data.max_seq_length} gives no prediction slots '
-        '(int((mask_prob + 0.005) * L) = 0).')
   model = electra_lib.Electra(discriminator, generator)
 
   def init(key, batch):

@@ -33,6 +33,7 @@ Per objective (``objective.name``):
 from __future__ import annotations
 
 from bertjax.models import bert as bert_lib
+from bertjax.models import electra as electra_lib
 
 # Dense bf16 peak FLOP/s per chip, by substrings of jax's ``device_kind``
 # (the vendors' dense bf16 figures, no sparsity); first match wins.
@@ -93,7 +94,7 @@ def training_flops_per_token(cfg, model: bert_lib.BertConfig,
   if name == 'electra':
     if generator is None:
       raise ValueError('ELECTRA FLOPs need the generator\'s config.')
-    p = int((cfg.electra.mask_prob + 0.005) * s) / s
+    p = electra_lib.num_slots(cfg.electra.mask_prob, s) / s
     d = model.hidden_size
     discriminator_head = 2 * (d * d + d)
     return 3 * (encoder_forward(generator, s)

@@ -171,8 +171,10 @@ def prepare_runs(runs: list[str], overrides: list[str], budget: str,
     for override in overrides:
       apply_override(cfg, override)
     cfg.seed = seed
-    rescale_schedule(cfg, budget_steps(cfg, kind, amount,
-                                       _flops_per_token(cfg)))
+    # FLOPs per token only for a FLOPs budget: a distillation task reads
+    # its teacher to know them.
+    per_token = _flops_per_token(cfg) if kind == 'flops' else 0.0
+    rescale_schedule(cfg, budget_steps(cfg, kind, amount, per_token))
     config_lib.validate(cfg)
     prepared.append({'name': name, 'cfg': cfg,
                      'workdir': os.path.join(out, 'runs', name)})

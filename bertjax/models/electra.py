@@ -37,6 +37,11 @@ import jax.numpy as jnp
 from bertjax.models import bert as bert_lib
 
 
+def num_slots(mask_prob: float, seq_len: int) -> int:
+  """ELECTRA's ``max_predictions_per_seq``: prediction slots per row."""
+  return int((mask_prob + 0.005) * seq_len)
+
+
 def generator_config(cfg: bert_lib.BertConfig, hidden_fraction: float,
                      layers_fraction: float = 1.0) -> bert_lib.BertConfig:
   """The generator's encoder: ELECTRA's ``get_generator_config``.

@@ -1,22 +1,11 @@
 """Config defaults, the experiment presets, and validation messages."""
 
-import importlib.util
-import os
-
 import pytest
 
 from bertjax import config_lib
+import preset_helpers
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'experiments', 'configs')
-
-
-def _load(name):
-  spec = importlib.util.spec_from_file_location(
-      name, os.path.join(CONFIGS, f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+_load = preset_helpers.load_module
 
 
 @pytest.mark.parametrize('arg', ['size=base', 'size=large',
@@ -294,3 +283,30 @@ def test_roberta_preset_is_the_papers_final_run(size, lr, warmup):
               'full_sentences', 512, 0.0, True, 8192, 500_000)
   assert (c.masking.rate, c.masking.mask_token_prob,
           c.masking.random_token_prob) == (0.15, 0.8, 0.1)
+
+
+@pytest.mark.parametrize('objective, field, value', [
+    ('electra', 'electra.mask_prob', 0.0), ('electra', 'electra.mask_prob', 1.0),
+    ('electra', 'electra.mask_token_prob', 1.5),
+    ('electra', 'electra.temperature', 0.0),
+    ('electra', 'electra.discriminator_weight', -1.0),
+    ('distillation', 'distillation.temperature', -2.0),
+    ('distillation', 'distillation.kl_weight', -5.0)])
+def test_family_knobs_fail_before_any_data(objective, field, value):
+  c = config_lib.base_config()
+  c.objective.name = objective
+  section, leaf = field.split('.')
+  c[section][leaf] = value
+  with pytest.raises(ValueError, match=leaf):
+    config_lib.validate(c)
+  c.objective.name = 'bert'   # Other families' knobs are not theirs.
+  config_lib.validate(c)
+
+
+def test_electra_needs_a_prediction_slot():
+  c = config_lib.base_config()
+  c.objective.name = 'electra'
+  c.electra.mask_prob = 0.001
+  c.data.max_seq_length = 128   # int(0.006 * 128) = 0 slots.
+  with pytest.raises(ValueError, match='no prediction slots'):
+    config_lib.validate(c)
