@@ -9,15 +9,37 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
 CONFIGS = os.path.join(REPO, 'experiments', 'configs')
 # Metrics that depend on the machine's speed, left out of run comparisons.
 TIMING_FIELDS = ('tokens_per_second', 'tflops_per_second', 'mfu')
+# A tiny run on the embedded corpus: 60 documents, a 32-wide model.
+TINY_DATA = {
+    'data.corpus.max_documents': 60,
+    'data.tokenizer.vocab_size': 400,
+    'data.max_seq_length': 32,
+    'data.eval_fraction': 0.1,
+    'masking.max_predictions_per_seq': 5,
+    'batch_size': 8,
+    'eval.num_batches': 2,
+}
+TINY_MODEL = {
+    'model.hidden_size': 32,
+    'model.num_heads': 2,
+    'model.intermediate_size': 64,
+    'model.max_position_embeddings': 32,
+}
+TINY = {**TINY_DATA, **TINY_MODEL, 'optimizer.warmup_steps': 2}
 
 
-def load_preset(name: str, arg=None):
-  """``experiments/configs/NAME.py``'s ``get_config(arg)``."""
+def load_module(name: str):
+  """The module ``experiments/configs/NAME.py``."""
   spec = importlib.util.spec_from_file_location(
       f'{name}_preset', os.path.join(CONFIGS, f'{name}.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return module
+
+
+def load_preset(name: str, arg=None):
+  """``experiments/configs/NAME.py``'s ``get_config(arg)``."""
+  return load_module(name).get_config(arg)
 
 
 def set_fields(cfg, fields: dict):

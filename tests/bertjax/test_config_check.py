@@ -1,15 +1,10 @@
 """Traps and impossible mixes: each fires alone, none fires on a preset."""
 
-import importlib.util
-import os
-
 import pytest
 
 from bertjax import config_check
 from bertjax import config_lib
-
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), 'experiments', 'configs')
+import preset_helpers
 
 PRESETS = [
     ('bert', 'size=base'), ('bert', 'size=large'),
@@ -23,23 +18,12 @@ PRESETS = [
 ]
 
 
-def _preset(name, arg=None):
-  spec = importlib.util.spec_from_file_location(
-      name, os.path.join(CONFIGS, f'{name}.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+_preset = preset_helpers.load_preset
 
 
 def _set(cfg, **fields):
   """``_set(c, **{'masking.strategy': 'span'})`` sets dotted fields."""
-  for field, value in fields.items():
-    *parents, leaf = field.split('.')
-    section = cfg
-    for parent in parents:
-      section = section[parent]
-    section[leaf] = value
-  return cfg
+  return preset_helpers.set_fields(cfg, fields)
 
 
 @pytest.mark.parametrize('name, arg', PRESETS)

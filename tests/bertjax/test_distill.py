@@ -29,22 +29,8 @@ DEMO = os.path.join(REPO, 'experiments', 'configs', 'demo.py')
 PRESET = os.path.join(REPO, 'experiments', 'configs', 'distilbert.py')
 # A tiny variant of the demo (as test_train.py): 60 embedded documents, a
 # 32-wide model, packed single segments as DistilBERT trains on.
-TINY = {
-    'data.corpus.max_documents': 60,
-    'data.tokenizer.vocab_size': 400,
-    'data.max_seq_length': 32,
-    'data.eval_fraction': 0.1,
-    'data.layout': 'full_sentences',
-    'masking.max_predictions_per_seq': 5,
-    'batch_size': 8,
-    'eval.num_batches': 2,
-}
-TINY_MODEL = {
-    'model.hidden_size': 32,
-    'model.num_heads': 2,
-    'model.intermediate_size': 64,
-    'model.max_position_embeddings': 32,
-}
+TINY = {**preset_helpers.TINY_DATA, 'data.layout': 'full_sentences'}
+TINY_MODEL = preset_helpers.TINY_MODEL
 
 
 def _load(path, arg=None):

@@ -27,22 +27,8 @@ import preset_helpers
 REPO, CONFIGS = preset_helpers.REPO, preset_helpers.CONFIGS
 # As tests/bertjax/test_train.py's TINY, with ELECTRA's widths: a 2-layer
 # 32-wide discriminator over 16-wide embeddings, an 8-wide generator.
-TINY = {
-    'data.corpus.max_documents': 60,
-    'data.tokenizer.vocab_size': 400,
-    'data.max_seq_length': 32,
-    'data.eval_fraction': 0.1,
-    'masking.max_predictions_per_seq': 5,
-    'model.num_layers': 2,
-    'model.hidden_size': 32,
-    'model.num_heads': 2,
-    'model.intermediate_size': 64,
-    'model.embedding_size': 16,
-    'model.max_position_embeddings': 32,
-    'batch_size': 8,
-    'eval.num_batches': 2,
-    'optimizer.warmup_steps': 2,
-}
+TINY = {**preset_helpers.TINY, 'model.num_layers': 2,
+        'model.embedding_size': 16}
 TIMING_FIELDS = preset_helpers.TIMING_FIELDS
 
 

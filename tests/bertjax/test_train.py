@@ -21,20 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 DEMO = os.path.join(REPO, 'experiments', 'configs', 'demo.py')
 # A tiny variant of the demo: 60 embedded documents, a 2-layer 32-wide model.
-TINY = {
-    'data.corpus.max_documents': 60,
-    'data.tokenizer.vocab_size': 400,
-    'data.max_seq_length': 32,
-    'data.eval_fraction': 0.1,
-    'masking.max_predictions_per_seq': 5,
-    'model.hidden_size': 32,
-    'model.num_heads': 2,
-    'model.intermediate_size': 64,
-    'model.max_position_embeddings': 32,
-    'batch_size': 8,
-    'eval.num_batches': 2,
-    'optimizer.warmup_steps': 2,
-}
+TINY = preset_helpers.TINY
 TIMING_FIELDS = preset_helpers.TIMING_FIELDS
 
 
