@@ -84,6 +84,9 @@ class Checkpointer:
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
 
+  def is_due(self, step: int) -> bool:
+    return step % self._save_every_steps == 0
+
   def save(self, step: int, state: Any, data_iterator, force: bool = False
            ) -> bool:
     """Saves if ``step`` is due (or ``force``); returns whether it did.
@@ -91,7 +94,7 @@ class Checkpointer:
     Due means a multiple of ``save_every_steps`` (orbax on its own would
     also save the first step it sees, a full extra copy of the state).
     """
-    if not force and step % self._save_every_steps:
+    if not force and not self.is_due(step):
       return False
     return self._manager.save(
         step, args=ocp.args.Composite(

@@ -47,6 +47,9 @@ DEFAULT_RULES = (
 )
 
 
+# jax.random implementations of the train step's key (config.step_rng).
+STEP_RNGS = ('threefry', 'rbg')
+
 # Objective families (bertjax/pretraining.py).
 OBJECTIVES = ('bert', 'electra', 'distillation')
 
@@ -86,6 +89,11 @@ def base_config() -> ml_collections.ConfigDict:
   """All fields, with BERT-base phase-1 defaults (google-research/bert)."""
   c = ml_collections.ConfigDict()
   c.seed = 0                      # Every random draw derives from this.
+  c.step_rng = 'threefry'         # The train step's random bits (dropout;
+                                  # ELECTRA's masking and sampling).
+                                  # threefry: the same bits on any mesh;
+                                  # rbg: XLA's RngBitGenerator, far cheaper
+                                  # on GPU, bits fixed by seed and mesh.
   c.batch_size = 256              # Global, over all hosts.
   c.total_steps = 1_000_000       # Length T of the lr schedule.
   c.num_train_steps = 0           # Stop at this global step (0 = total).
@@ -116,6 +124,10 @@ def base_config() -> ml_collections.ConfigDict:
                                   # no layer sharing.
   c.model.attend_across_documents = True  # False: packed documents
                                   # (full_sentences) attend only to themselves.
+  c.model.attention = 'xla'       # xla | cudnn | auto: the fused attention
+                                  # kernel where no attention dropout is
+                                  # active; auto is cuDNN on GPU in bfloat16,
+                                  # else XLA (cuDNN is not yet measured).
 
   c.objective = ml_collections.ConfigDict()
   c.objective.name = 'bert'       # bert | electra | distillation
@@ -276,6 +288,22 @@ def bert_paper_config(size: str = 'base', phase: int = 1
   return c
 
 
+def from_saved(saved: dict) -> ml_collections.ConfigDict:
+  """A config an earlier run saved (``run_meta.json``), with the fields
+  added since at their defaults."""
+  merged = base_config().to_dict()
+
+  def merge(into: dict, values: dict) -> None:
+    for key, value in values.items():
+      if isinstance(value, dict) and isinstance(into.get(key), dict):
+        merge(into[key], value)
+      else:
+        into[key] = value
+
+  merge(merged, saved)
+  return ml_collections.ConfigDict(merged)
+
+
 def model_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
   """The encoder's hyperparameters; ``vocab_size`` is already padded."""
   m = cfg.model
@@ -293,8 +321,22 @@ def model_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
       attention_dropout_rate=m.attention_dropout_rate,
       dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
       remat=m.remat, attend_across_documents=m.attend_across_documents,
-      scan_layers=m.scan_layers,
+      scan_layers=m.scan_layers, attention_impl=attention_impl(cfg),
       **overrides)
+
+
+def attention_impl(cfg) -> str:
+  """``model.attention`` resolved for this backend: 'auto' is cuDNN's
+  fused attention on GPU in bfloat16 where the head size allows it."""
+  m = cfg.model
+  if m.attention != 'auto':
+    return m.attention
+  import jax  # pylint: disable=g-import-not-at-top
+  _, hidden, heads = bert_lib.SIZES[m.size]
+  head_dim = (m.hidden_size or hidden) // (m.num_heads or heads)
+  usable = (jax.default_backend() == 'gpu' and m.dtype == 'bfloat16'
+            and head_dim % 8 == 0 and head_dim <= 128)
+  return 'cudnn' if usable else 'xla'
 
 
 def _check(condition: bool, message: str, errors: list[str]) -> None:
@@ -360,6 +402,17 @@ def validate(cfg) -> None:
          'model.scan_layers=True needs objective.name=bert and no layer '
          'sharing (model.num_layer_groups=0): ELECTRA, distillation and '
          "ALBERT's shared layers address layers by name.", errors)
+  _check(cfg.step_rng in STEP_RNGS,
+         f'step_rng={cfg.step_rng!r}; use one of {STEP_RNGS}.', errors)
+  _check(m.attention in ('auto',) + bert_lib.ATTENTION_IMPLS,
+         f'model.attention={m.attention!r}; use auto or one of '
+         f'{bert_lib.ATTENTION_IMPLS}.', errors)
+  if m.attention == 'cudnn':
+    import jax  # pylint: disable=g-import-not-at-top
+    _check(jax.default_backend() == 'gpu' and m.dtype == 'bfloat16',
+           "model.attention='cudnn' needs a GPU and model.dtype='bfloat16' "
+           f'(here: {jax.default_backend()}, {m.dtype}); use auto or xla.',
+           errors)
   _check(m.remat in bert_lib.REMAT,
          f'model.remat={m.remat!r}; use one of {bert_lib.REMAT}.', errors)
   _check(m.param_dtype in ('float32', 'bfloat16'),

@@ -127,7 +127,7 @@ def read_teacher(cfg) -> TeacherRun:
                        'checkpoint to restore the teacher from.')
   with open(meta_path) as f:
     meta = json.load(f)
-  teacher_cfg = ml_collections.ConfigDict(meta['config'])
+  teacher_cfg = config_lib.from_saved(meta['config'])
   if teacher_cfg.objective.name != 'bert':
     raise TeacherError(
         f'distillation.teacher_workdir={workdir!r} holds an '
@@ -140,11 +140,13 @@ def read_teacher(cfg) -> TeacherRun:
         '); the student copies distinct teacher layers, so the teacher '
         'must have none shared.')
   vocab_size = tokenizer_lib.padded_vocab_size(meta['vocab_size'])
-  # The compute dtype is this run's; the SBO, pooler and NSP heads are
-  # neither run nor restored.
+  # The compute dtype and attention kernel are this run's; the SBO, pooler
+  # and NSP heads are neither run nor restored.
+  teacher_cfg.model.dtype = cfg.model.dtype
+  teacher_cfg.model.attention = cfg.model.attention
   model = dataclasses.replace(
       config_lib.model_config(teacher_cfg, vocab_size), sbo_positions=0,
-      with_pooler_nsp=False, dtype=jnp.dtype(cfg.model.dtype))
+      with_pooler_nsp=False)
   return TeacherRun(workdir, step, model, meta['tokenizer_sha256'],
                     vocab_size)
 

@@ -68,7 +68,8 @@ class MetricWriter:
       self._tb.add_scalar(name, float(value), step)
     self._tb.flush()
     if self._bar is not None:
-      self._bar.update(step - self._bar.n)
+      # A step's metrics may be written after the next step has begun.
+      self._bar.update(max(0, step - self._bar.n))
       shown = {k: f'{v:.4g}' for k, v in metrics.items()
                if k in ('loss', 'mlm_accuracy', 'tokens_per_second',
                         'eval_mlm_accuracy')}

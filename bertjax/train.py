@@ -106,9 +106,11 @@ def run_identity(cfg) -> dict:
     names.remove('data.corpus')
     names.extend(_MIXTURE_IDENTITY)
   identity = {name: _section(cfg, name) for name in names}
-  # Rematerialization changes memory, not results: a run may resume with
-  # another setting (and predates the field).
+  # Rematerialization changes memory, not results, and the attention kernel
+  # only the rounding: a run may resume with another setting (and predates
+  # the field).
   identity['model'].pop('remat', None)
+  identity['model'].pop('attention', None)
   return identity
 
 
@@ -238,6 +240,8 @@ def make_steps(cfg, task: pretraining.Task, global_spec: dict) -> Steps:
   tx, schedule = optim.make_optimizer(cfg)
   root_key = jax.random.key(cfg.seed)
   eval_key = jax.random.fold_in(root_key, _EVAL_KEY)
+  step_root = root_key if cfg.step_rng == 'threefry' else jax.random.key(
+      cfg.seed, impl=cfg.step_rng)
 
   def init_state():
     dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
@@ -263,7 +267,7 @@ def make_steps(cfg, task: pretraining.Task, global_spec: dict) -> Steps:
 
   def train_step(state: TrainState, batch):
     dropout_key = jax.random.fold_in(
-        jax.random.fold_in(root_key, _DROPOUT_KEY), state.step)
+        jax.random.fold_in(step_root, _DROPOUT_KEY), state.step)
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, batch, dropout_key)
     updates, opt_state = optimizer(state.params).update(
@@ -429,42 +433,65 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
                    f'{task.flops_per_token / 1e9:.3f} GFLOP per token; '
                    f'{memory_text}')
     tokens, t_last = 0, time.time()
+
+    def log(entry: dict) -> None:
+      """Writes a logged step's metrics, fetched now (waiting for it)."""
+      nonlocal t_last
+      step_logged, metrics = entry['step'], jax.device_get(entry['metrics'])
+      if not np.isfinite(metrics['loss']):  # Diverged: stop, keep ckpts.
+        raise FloatingPointError(
+            f'loss is {metrics["loss"]} at step {step_logged}; the last good '
+            f'checkpoint is step {ckpt.latest_step()} in {workdir}.')
+      now = time.time()
+      summary = objectives.summarize(metrics)
+      summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
+                     learning_rate=metrics['learning_rate'],
+                     tokens_per_second=entry['tokens'] / max(now - t_last,
+                                                             1e-9))
+      # Achieved model FLOP/s (analytic, real tokens) and, where the device's
+      # peak is known, MFU.
+      summary['tflops_per_second'] = (summary['tokens_per_second']
+                                      * task.flops_per_token / 1e12)
+      if peak:
+        summary['mfu'] = summary['tflops_per_second'] * 1e12 / (
+            peak * mesh.size)
+      # Masking telemetry of the logged step's batch (like the metrics).
+      masking_summary = masking_lib.summarize_statistics(entry['statistics'])
+      if audit_tolerance:
+        masking_lib.audit(masking_summary, masking_cfg, audit_tolerance,
+                          f'at step {step_logged}')
+      summary.update(masking_summary)
+      summary.update(entry['eval'])
+      writer.write(step_logged, summary)
+      t_last = now
+
+    # A logged step's metrics are fetched after the next step is dispatched,
+    # so the device never waits for the host; they are fetched at once where
+    # a checkpoint follows (no checkpoint after an unseen divergence) and at
+    # the last step.
+    pending = None
     while step < num_train_steps:
       batch = next(train_iter)
       tokens += int(batch['attention_mask'].sum()) * jax.process_count()
       state, metrics = step_fn(state, to_global(batch))
       step += 1
       writer.advance(step)
+      if pending is not None:
+        log(pending)
+        pending = None
       last = step == num_train_steps
       if step % cfg.log_every_steps == 0 or last:
-        metrics = jax.device_get(metrics)
-        if not np.isfinite(metrics['loss']):  # Diverged: stop, keep ckpts.
-          raise FloatingPointError(
-              f'loss is {metrics["loss"]} at step {step}; the last good '
-              f'checkpoint is step {ckpt.latest_step()} in {workdir}.')
-        now = time.time()
-        summary = objectives.summarize(metrics)
-        summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
-                       learning_rate=metrics['learning_rate'],
-                       tokens_per_second=tokens / max(now - t_last, 1e-9))
-        # Achieved model FLOP/s (analytic, real tokens) and, where the
-        # device's peak is known, MFU.
-        summary['tflops_per_second'] = (summary['tokens_per_second']
-                                        * task.flops_per_token / 1e12)
-        if peak:
-          summary['mfu'] = summary['tflops_per_second'] * 1e12 / (
-              peak * mesh.size)
-        # Masking telemetry of the logged step's batch (like the metrics).
-        masking_summary = masking_lib.summarize_statistics(
-            batch[pipeline.STATISTICS])
-        if audit_tolerance:
-          masking_lib.audit(masking_summary, masking_cfg, audit_tolerance,
-                            f'at step {step}')
-        summary.update(masking_summary)
-        if step % cfg.eval_every_steps == 0 or last:
-          summary.update(evaluate(state.params))
-        writer.write(step, summary)
-        tokens, t_last = 0, time.time()
+        for value in jax.tree.leaves(metrics):
+          value.copy_to_host_async()
+        entry = {'step': step, 'metrics': metrics, 'tokens': tokens,
+                 'statistics': batch[pipeline.STATISTICS],
+                 'eval': (evaluate(state.params) if step % cfg.eval_every_steps
+                          == 0 or last else {})}
+        tokens = 0
+        if last or ckpt.is_due(step):
+          log(entry)
+        else:
+          pending = entry
       ckpt.save(step, state, train_iter, force=last)
     ckpt.wait()
     ckpt.close()

@@ -87,6 +87,12 @@ class BertConfig:
   # Packed rows (RoBERTa's FULL-SENTENCES, a [SEP] closing each document):
   # False keeps each token's attention within its own document.
   attend_across_documents: bool = True
+  # The fused attention kernel where no attention dropout is active
+  # (ATTENTION_IMPLS): 'xla' (any backend) or 'cudnn' (GPU, bf16/fp16,
+  # head_dim a multiple of 8 up to 128). Attention dropout always takes the
+  # explicit softmax: cuDNN's dropout seed is a compile-time constant, which
+  # would draw the same mask every step.
+  attention_impl: str = 'xla'
 
   @classmethod
   def from_size(cls, size: str, **overrides) -> 'BertConfig':
@@ -232,7 +238,8 @@ class SelfAttention(nn.Module):
           probs, deterministic=False)
       out = jnp.einsum('BHLM,BMHK->BLHK', probs, v)
     else:
-      out = jax.nn.dot_product_attention(q, k, v, mask=mask)
+      out = jax.nn.dot_product_attention(
+          q, k, v, mask=mask, implementation=cfg.attention_impl)
     out = _constrain(out, 'act_batch', 'act_len', 'act_heads', 'act_kv')
     out_kernel = self.param('out_kernel',
                             _init(cfg, ('heads', 'kv', 'embed')),
@@ -268,6 +275,7 @@ REMAT_POLICIES = {
     'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
 REMAT = ('none',) + tuple(REMAT_POLICIES)
+ATTENTION_IMPLS = ('xla', 'cudnn')
 
 
 def layer_class(cfg: BertConfig):

@@ -55,6 +55,10 @@ def test_demo_is_valid():
     ('data.corpus.source', 'web', 'data.corpus.source'),
     ('data.tokenizer.model_path', '/no/such/model', 'model_path'),
     ('batch_size', 0, 'batch_size'),
+    ('step_rng', 'philox', 'step_rng'),
+    ('model.attention', 'flash', 'model.attention'),
+    # This machine has no GPU; cuDNN attention is refused before compiling.
+    ('model.attention', 'cudnn', "model.attention='cudnn' needs a GPU"),
 ])
 def test_validate_names_the_field(field, value, message):
   c = config_lib.base_config()
@@ -310,3 +314,20 @@ def test_electra_needs_a_prediction_slot():
   c.data.max_seq_length = 128   # int(0.006 * 128) = 0 slots.
   with pytest.raises(ValueError, match='no prediction slots'):
     config_lib.validate(c)
+
+
+def test_auto_attention_is_xla_off_gpu():
+  c = config_lib.base_config()
+  c.model.attention, c.model.dtype = 'auto', 'bfloat16'
+  assert config_lib.attention_impl(c) == 'xla'   # The tests run on CPU.
+  assert config_lib.model_config(c, 30592).attention_impl == 'xla'
+
+
+def test_from_saved_fills_fields_added_since():
+  saved = config_lib.base_config().to_dict()
+  del saved['step_rng'], saved['model']['attention']
+  saved['model']['hidden_size'] = 48
+  c = config_lib.from_saved(saved)
+  assert (c.step_rng, c.model.attention, c.model.hidden_size) == (
+      'threefry', 'xla', 48)
+  config_lib.validate(c)
