@@ -38,7 +38,8 @@ from bertjax.models import electra as electra_lib
 # Dense bf16 peak FLOP/s per chip, by substrings of jax's ``device_kind``
 # (the vendors' dense bf16 figures, no sparsity); first match wins.
 PEAK_BF16_FLOPS = (
-    ('H200', 989e12), ('H100', 989e12), ('A100', 312e12),
+    ('H200', 989e12), ('H100 PCIe', 756e12), ('H100', 989e12),
+    ('A100', 312e12),
     ('TPU v6', 918e12), ('TPU v5p', 459e12), ('TPU v5 lite', 197e12),
     ('TPU v5e', 197e12), ('TPU v4', 275e12),
 )

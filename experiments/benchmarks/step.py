@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import platform
@@ -54,6 +55,7 @@ from bertjax import flops  # pylint: disable=g-import-not-at-top,wrong-import-po
 from bertjax import pretraining  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments.benchmarks import profile_summary  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data_pipelines import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -70,6 +72,10 @@ def bertjax_config(args):
   cfg.model.dtype = args.dtype
   cfg.model.remat = args.remat
   cfg.model.scan_layers = args.scan_layers
+  cfg.step_rng = args.step_rng
+  cfg.model.attention = args.attention
+  if not args.dropout:
+    cfg.model.hidden_dropout_rate = cfg.model.attention_dropout_rate = 0.0
   cfg.model.max_position_embeddings = max(512, args.seq)
   cfg.data.max_seq_length = args.seq
   cfg.masking.max_predictions_per_seq = args.predictions
@@ -187,7 +193,9 @@ class HuggingFace:
         vocab_size=VOCAB_SIZE, hidden_size=hidden, num_hidden_layers=layers,
         num_attention_heads=heads, intermediate_size=4 * hidden,
         max_position_embeddings=max(512, args.seq),
-        attn_implementation='sdpa')
+        attn_implementation='sdpa',
+        **({} if args.dropout else {'hidden_dropout_prob': 0.0,
+                                    'attention_probs_dropout_prob': 0.0}))
     torch.manual_seed(0)
     model = transformers.BertForPreTraining(config).to(device).train()
     self.parameters = sum(p.numel() for p in model.parameters())
@@ -301,8 +309,8 @@ def measure(args) -> dict:
   print(f'bertjax compiled in {ours.compile_seconds:.1f}s; '
         f'{ours.memory_text}', flush=True)
   peers = {}
-  for compiled in {'auto': (False, True), 'on': (True,),
-                   'off': (False,)}[args.peer_compile]:
+  for compiled in {'auto': (False, True), 'on': (True,), 'off': (False,),
+                   'none': ()}[args.peer_compile]:
     peers[compiled] = HuggingFace(args, compiled)
     print(f'peer (torch.compile={compiled}) ready in '
           f'{peers[compiled].compile_seconds:.1f}s', flush=True)
@@ -317,17 +325,16 @@ def measure(args) -> dict:
     print(f'round {r + 1}: ' + ', '.join(
         f'{name} {tokens / t[-1]:,.0f} tokens/s'
         for name, t in times.items()), flush=True)
-  best = max(peers, key=lambda c: _median_rate(
-      times[f'hf_compile={c}'], tokens))
   ours_rate = _median_rate(times['bertjax'], tokens)
-  peer_rate = _median_rate(times[f'hf_compile={best}'], tokens)
   peak = flops.peak_flops(ours.device.device_kind)
   tflops = ours_rate * ours.flops_per_token / 1e12
   n = jax.local_device_count()
-  return {
+  result = {
       'size': args.size, 'seq': args.seq, 'batch': args.batch,
       'predictions': args.predictions, 'dtype': args.dtype,
       'remat': args.remat, 'scan_layers': args.scan_layers,
+      'dropout': args.dropout, 'step_rng': args.step_rng,
+      'attention': config_lib.attention_impl(bertjax_config(args)),
       'steps_per_round': args.steps,
       'rounds': args.rounds,
       'device': ours.device.device_kind, 'devices': n,
@@ -343,6 +350,16 @@ def measure(args) -> dict:
           'compiled_memory_bytes': ours.memory,
           'round_seconds': times['bertjax'],
       },
+      'peer': None, 'ratio': None,
+  }
+  if args.profile:
+    result['profile'] = profile(ours, args)
+  if not peers:
+    return result
+  best = max(peers, key=lambda c: _median_rate(
+      times[f'hf_compile={c}'], tokens))
+  peer_rate = _median_rate(times[f'hf_compile={best}'], tokens)
+  return result | {
       'peer': {
           'name': 'transformers BertForPreTraining (SDPA'
                   + (', bf16 autocast' if args.dtype == 'bfloat16' else '')
@@ -363,6 +380,20 @@ def measure(args) -> dict:
   }
 
 
+def profile(ours: Bertjax, args) -> dict:
+  """Traces ``args.steps`` steps with the JAX profiler (the trace goes to
+  ``args.profile``) and sums the device's kernels by name."""
+  ours.run(1)
+  jax.profiler.start_trace(args.profile)
+  ours.run(args.steps)
+  jax.profiler.stop_trace()
+  traces = sorted(glob.glob(os.path.join(args.profile, '**', '*.xplane.pb'),
+                            recursive=True), key=os.path.getmtime)
+  summary = profile_summary.summarize(
+      jax.profiler.ProfileData.from_file(traces[-1]))
+  return summary | {'steps': args.steps, 'trace': traces[-1]}
+
+
 def versions() -> dict:
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -377,6 +408,10 @@ def versions() -> dict:
 
 def table(result: dict) -> str:
   ours, peer = result['bertjax'], result['peer']
+  if peer is None:
+    peer = {'tokens_per_second': float('nan'), 'torch_compile': 'not run',
+            'step_seconds': float('nan'), 'compile_seconds': float('nan'),
+            'peak_memory_bytes': None, 'parameters': 0}
   gib = lambda b: f'{b / 2**30:.2f} GiB' if b else 'n/a'
   mfu = f'{ours["mfu"]:.1%}' if ours['mfu'] is not None else 'n/a (CPU)'
   return '\n'.join([
@@ -389,7 +424,7 @@ def table(result: dict) -> str:
       f'| tokens/s | {ours["tokens_per_second"]:,.0f} | '
       f'{peer["tokens_per_second"]:,.0f} (torch.compile='
       f'{peer["torch_compile"]}) |',
-      f'| ratio | {result["ratio"]:.2f}x | 1.00x |',
+      f'| ratio | {result["ratio"] or float("nan"):.2f}x | 1.00x |',
       f'| step time | {ours["step_seconds"] * 1e3:.1f} ms | '
       f'{peer["step_seconds"] * 1e3:.1f} ms |',
       f'| achieved TFLOP/s (analytic) | {ours["tflops_per_second"]:.3f} | |',
@@ -399,7 +434,9 @@ def table(result: dict) -> str:
       f'| peak device memory | {gib(ours["peak_memory_bytes"])} | '
       f'{gib(peer["peak_memory_bytes"])} |',
       f'| parameters | {ours["parameters"]:,} | {peer["parameters"]:,} |',
-  ])
+  ] + ([] if 'profile' not in result else [
+      '', profile_summary.table(result['profile'], result['profile']['steps'])
+  ]))
 
 
 def main(argv=None) -> None:
@@ -417,6 +454,17 @@ def main(argv=None) -> None:
                       default='none', help="bertjax's model.remat.")
   parser.add_argument('--scan_layers', action='store_true',
                       help="bertjax's model.scan_layers.")
+  parser.add_argument('--dropout', action=argparse.BooleanOptionalAction,
+                      default=True, help='the paper\'s dropout (0.1) on '
+                      'both sides; --no-dropout turns it off on both.')
+  parser.add_argument('--attention', choices=('auto', 'xla', 'cudnn'),
+                      default='auto', help="bertjax's model.attention (the "
+                      'kernel where no attention dropout is active).')
+  parser.add_argument('--step_rng', choices=('threefry', 'rbg'),
+                      default='threefry', help="bertjax's config.step_rng.")
+  parser.add_argument('--profile', default='',
+                      help='trace --steps steps into this directory and '
+                      'print the top device kernels.')
   parser.add_argument('--steps', type=int, default=10,
                       help='steps per timed round.')
   parser.add_argument('--warmup', type=int, default=3)
@@ -424,9 +472,10 @@ def main(argv=None) -> None:
   parser.add_argument('--input', choices=('synthetic', 'pipeline'),
                       default='synthetic', help='pipeline: synthetic vs '
                       'the real input pipeline feeding the step, no peer.')
-  parser.add_argument('--peer_compile', choices=('auto', 'on', 'off'),
+  parser.add_argument('--peer_compile', choices=('auto', 'on', 'off', 'none'),
                       default='auto', help='auto: time the peer eager and '
-                      'with torch.compile, report the faster.')
+                      'with torch.compile, report the faster; none: no '
+                      'peer.')
   parser.add_argument('--out', default='',
                       help='write OUT.json and OUT.md (default: print only).')
   args = parser.parse_args(argv)

@@ -101,6 +101,7 @@ def test_distillation_adds_the_teachers_forward_only():
 
 @pytest.mark.parametrize('kind, peak', [
     ('NVIDIA H100 80GB HBM3', 989e12), ('NVIDIA H200', 989e12),
+    ('NVIDIA H100 PCIe', 756e12),
     ('NVIDIA A100-SXM4-40GB', 312e12), ('TPU v4', 275e12),
     ('TPU v5 lite', 197e12), ('TPU v5p', 459e12), ('TPU v6 lite', 918e12),
     ('cpu', None)])
