@@ -29,6 +29,8 @@ setuptools.setup(
         'numpy>=2,<3',
         'tensorboardX>=2.6,<3',
         'absl-py>=2,<3',
+        # Hugging Face exports and imports (bertjax/hf_convert.py), no torch.
+        'safetensors>=0.4,<1',
         'tqdm>=4.66,<5',
     ],
     extras_require={

@@ -115,6 +115,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.type_vocab_size = 2
   c.model.hidden_dropout_rate = 0.1
   c.model.attention_dropout_rate = 0.1
+  c.model.layer_norm_epsilon = 1e-12  # BERT's; fairseq's RoBERTa uses 1e-5.
+  c.model.gelu = 'tanh'           # tanh (BERT's approximation) | exact (erf:
+                                  # fairseq's RoBERTa; ELECTRA always).
   c.model.dtype = 'float32'       # Compute dtype: float32 | bfloat16.
   c.model.param_dtype = 'float32'
   c.model.remat = 'none'          # none | full | dots: recompute each layer's
@@ -321,6 +324,8 @@ def model_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
       attention_dropout_rate=m.attention_dropout_rate,
       dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
       remat=m.remat, attend_across_documents=m.attend_across_documents,
+      gelu_approximate=m.gelu == 'tanh',
+      layer_norm_epsilon=m.layer_norm_epsilon,
       scan_layers=m.scan_layers, attention_impl=attention_impl(cfg),
       **overrides)
 
@@ -389,6 +394,9 @@ def validate(cfg) -> None:
   _check(m.embedding_size >= 0,
          f'model.embedding_size={m.embedding_size} must be >= 0 (0 = the '
          'hidden size, no factorization).', errors)
+  _check(m.gelu in ('tanh', 'exact'),
+         f"model.gelu={m.gelu!r}; use 'tanh' (BERT) or 'exact' (RoBERTa).",
+         errors)
   _check(m.dtype in ('float32', 'bfloat16'),
          f'model.dtype={m.dtype!r}; use float32 or bfloat16.', errors)
   _check(m.attend_across_documents or (

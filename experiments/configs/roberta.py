@@ -8,7 +8,8 @@ README:
   (a separator between documents), no NSP; dynamic masking (a new mask each
   time a sequence is seen), 15% of tokens, 80/10/10;
 - model: BERT's (base: 12 layers, H 768; large: 24 layers, H 1024), dropout
-  0.1, a 50K vocabulary;
+  0.1, a 50K vocabulary, fairseq's exact (erf) GELU rather than BERT's tanh
+  approximation;
 - optimizer: Adam (bias-corrected) with beta (0.9, 0.98), epsilon 1e-6,
   weight decay 0.01, no gradient clipping; linear warmup then linear decay
   to 0; the final run: batch 8K sequences, 500K steps, peak lr 6e-4 (base)
@@ -36,6 +37,7 @@ def get_config(arg=None):
   learning_rate, warmup = RUNS[args['size']]
   c = config_lib.base_config()
   c.model.size = args['size']
+  c.model.gelu = 'exact'           # fairseq's gelu; also RobertaLMHead's.
   c.data.tokenizer.vocab_size = 50_265
   c.data.tokenizer.model_type = 'bpe'
   c.data.layout = 'full_sentences'

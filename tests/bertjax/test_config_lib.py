@@ -285,6 +285,7 @@ def test_roberta_preset_is_the_papers_final_run(size, lr, warmup):
   assert (c.data.layout, c.data.max_seq_length, c.objective.nsp_weight,
           c.masking.dynamic, c.batch_size, c.total_steps) == (
               'full_sentences', 512, 0.0, True, 8192, 500_000)
+  assert c.model.gelu == 'exact'   # fairseq's, and RobertaLMHead's.
   assert (c.masking.rate, c.masking.mask_token_prob,
           c.masking.random_token_prob) == (0.15, 0.8, 0.1)
 

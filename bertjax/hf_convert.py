@@ -1,0 +1,728 @@
+"""bertjax parameters <-> Hugging Face transformers checkpoints.
+
+One table of names per family maps each bertjax parameter to the tensor the
+transformers class holds (``weight`` of a ``torch.nn.Linear`` is ``[out,
+in]``, the transpose of a Flax kernel; bertjax's fused Q/K/V kernel ``[D, 3,
+H, K]`` is three ``[H*K, D]`` weights), and the same table read backwards
+imports. Every conversion is a transpose, reshape or slice, so a round trip
+is exact.
+
+Families and their transformers classes:
+
+| family | from a bertjax run | class |
+| --- | --- | --- |
+| ``bert`` | ``objective.name=bert`` (BERT, wwm, span, ERNIE, SpanBERT) | ``BertForPreTraining`` |
+| ``roberta`` | ``bert`` without NSP on ``full_sentences`` | ``RobertaForMaskedLM`` |
+| ``albert`` | ``bert`` with ``model.num_layer_groups`` or ``embedding_size`` | ``AlbertForPreTraining`` |
+| ``electra`` | ``objective.name=electra`` | ``ElectraForPreTraining`` (discriminator), ``ElectraForMaskedLM`` (generator) |
+| ``distilbert`` | ``objective.name=distillation`` (the student) | ``DistilBertForMaskedLM`` |
+
+Vocabulary: bertjax's tables have ``padded_vocab_size`` rows (a multiple of
+128); an export keeps the tokenizer's ``vocab_size`` rows, the only ones any
+input reaches, and an import pads with zero rows that no input reaches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Iterator
+
+import numpy as np
+
+from bertjax import config_lib
+from data_pipelines import tokenizer as tokenizer_lib
+
+FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert')
+# (family, part) -> transformers architecture.
+ARCHITECTURES = {
+    ('bert', None): 'BertForPreTraining',
+    ('roberta', None): 'RobertaForMaskedLM',
+    ('albert', None): 'AlbertForPreTraining',
+    ('electra', 'discriminator'): 'ElectraForPreTraining',
+    ('electra', 'generator'): 'ElectraForMaskedLM',
+    ('distilbert', None): 'DistilBertForMaskedLM',
+}
+_MODEL_TYPES = {'BertForPreTraining': 'bert', 'RobertaForMaskedLM': 'roberta',
+                'AlbertForPreTraining': 'albert',
+                'ElectraForPreTraining': 'electra',
+                'ElectraForMaskedLM': 'electra',
+                'DistilBertForMaskedLM': 'distilbert'}
+# What a family's class has no place for, said in the exported README.
+_LEFT_OUT = {
+    'sbo': "the span boundary objective's head (SpanBERT's SBO: "
+           "`sbo_output_bias` and the `sbo` layers); no transformers class "
+           'has one',
+    'nsp': 'the pooler and the sentence-pair (NSP) head, which RoBERTa has '
+           'not (trained with `objective.nsp_weight=0`, they were never '
+           'updated)',
+}
+
+
+class ConversionError(ValueError):
+  """A checkpoint or run cannot be converted; the message says why."""
+
+
+# ---------------------------------------------------------------------------
+# Which family a run exports as.
+
+
+def family_of(cfg) -> str:
+  """The transformers family of a bertjax run's ``cfg`` (table above)."""
+  if cfg.objective.name == 'electra':
+    return 'electra'
+  if cfg.objective.name == 'distillation':
+    return 'distilbert'
+  if cfg.model.num_layer_groups or cfg.model.embedding_size:
+    return 'albert'
+  if cfg.objective.nsp_weight == 0 and cfg.data.layout == 'full_sentences':
+    return 'roberta'
+  return 'bert'
+
+
+def check_family(cfg, family: str) -> None:
+  """Raises ConversionError if ``cfg``'s model cannot be ``family``'s."""
+  natural = family_of(cfg)
+  if family not in FAMILIES:
+    raise ConversionError(f'family={family!r}; use one of {FAMILIES}.')
+  allowed = {'bert': {'bert', 'roberta'}, 'roberta': {'roberta', 'bert'},
+             'albert': {'albert'}, 'electra': {'electra'},
+             'distilbert': {'distilbert'}}[natural]
+  if family not in allowed:
+    raise ConversionError(
+        f'a {natural} run (objective.name={cfg.objective.name!r}) cannot be '
+        f'exported as {family}; use one of {sorted(allowed)}.')
+  if cfg.model.scan_layers and family == 'albert':
+    raise ConversionError('scanned layers cannot be ALBERT-shared.')
+  if family == 'roberta' and cfg.model.gelu != 'exact':
+    raise ConversionError(
+        "RobertaForMaskedLM's head applies the exact (erf) GELU, and this run "
+        "has model.gelu='tanh': its logits would differ. Export it as "
+        "family 'bert' (BertForPreTraining, whose head follows hidden_act), "
+        "or train RoBERTa with model.gelu='exact' (the roberta preset does).")
+
+
+# ---------------------------------------------------------------------------
+# The name tables: (transformers name, bertjax path, conversion).
+#
+# Conversions: 'copy'; 'linear' (a kernel [in, out] <-> weight [out, in]);
+# ('q'|'k'|'v', 'kernel'|'bias') slices of the fused Q/K/V; 'attn_out'
+# (out_kernel [H, K, D] <-> weight [D, H*K]); 'vocab' (rows trimmed to the
+# tokenizer's vocabulary); 'positions+N' (RoBERTa's table, whose rows start
+# at N = pad_token_id + 1).
+
+Rule = tuple[str, tuple[str, ...], object]
+
+
+def _dense(hf: str, path: tuple[str, ...]) -> Iterator[Rule]:
+  yield f'{hf}.weight', path + ('kernel',), 'linear'
+  yield f'{hf}.bias', path + ('bias',), 'copy'
+
+
+def _norm(hf: str, path: tuple[str, ...]) -> Iterator[Rule]:
+  yield f'{hf}.weight', path + ('LayerNorm_0', 'scale'), 'copy'
+  yield f'{hf}.bias', path + ('LayerNorm_0', 'bias'), 'copy'
+
+
+# Per family: the names inside one layer, in transformers' terms.
+_LAYER_NAMES = {
+    'bert': {'q': 'attention.self.query', 'k': 'attention.self.key',
+             'v': 'attention.self.value', 'out': 'attention.output.dense',
+             'attention_norm': 'attention.output.LayerNorm',
+             'wi': 'intermediate.dense', 'wo': 'output.dense',
+             'ffn_norm': 'output.LayerNorm'},
+    'albert': {'q': 'attention.query', 'k': 'attention.key',
+               'v': 'attention.value', 'out': 'attention.dense',
+               'attention_norm': 'attention.LayerNorm', 'wi': 'ffn',
+               'wo': 'ffn_output', 'ffn_norm': 'full_layer_layer_norm'},
+    'distilbert': {'q': 'attention.q_lin', 'k': 'attention.k_lin',
+                   'v': 'attention.v_lin', 'out': 'attention.out_lin',
+                   'attention_norm': 'sa_layer_norm', 'wi': 'ffn.lin1',
+                   'wo': 'ffn.lin2', 'ffn_norm': 'output_layer_norm'},
+}
+
+
+def _layer(hf: str, path: tuple[str, ...], names: dict) -> Iterator[Rule]:
+  attention = path + ('attention',)
+  for i, part in enumerate('qkv'):
+    yield f'{hf}.{names[part]}.weight', attention + ('qkv_kernel',), (part, i)
+    yield f'{hf}.{names[part]}.bias', attention + ('qkv_bias',), (part, i)
+  yield f'{hf}.{names["out"]}.weight', attention + ('out_kernel',), 'attn_out'
+  yield f'{hf}.{names["out"]}.bias', attention + ('out_bias',), 'copy'
+  yield from _norm(f'{hf}.{names["attention_norm"]}', path + (
+      'attention_norm',))
+  yield from _dense(f'{hf}.{names["wi"]}', path + ('ffn', 'wi'))
+  yield from _dense(f'{hf}.{names["wo"]}', path + ('ffn', 'wo'))
+  yield from _norm(f'{hf}.{names["ffn_norm"]}', path + ('ffn_norm',))
+
+
+def _embeddings(hf: str, positions='copy', token_types: bool = True
+                ) -> Iterator[Rule]:
+  yield f'{hf}.word_embeddings.weight', ('embeddings', 'word',
+                                         'embedding'), 'vocab'
+  yield f'{hf}.position_embeddings.weight', ('embeddings', 'position',
+                                             'embedding'), positions
+  if token_types:
+    yield f'{hf}.token_type_embeddings.weight', ('embeddings', 'token_type',
+                                                 'embedding'), 'copy'
+  yield from _norm(f'{hf}.LayerNorm', ('embeddings', 'layer_norm'))
+
+
+def _encoder_layers(hf_prefix: str, prefix: tuple[str, ...], num: int,
+                    names: dict) -> Iterator[Rule]:
+  for i in range(num):
+    yield from _layer(f'{hf_prefix}.{i}', prefix + (f'layer_{i}',), names)
+
+
+def rules(family: str, dims: dict, part: str | None = None) -> list[Rule]:
+  """The name table of ``family`` for a model of ``dims`` (``num_layers``,
+  ``num_groups``, ``factorized``, ``pad_token_id``, ``token_types``; for
+  ELECTRA ``generator_layers`` and ``generator_factorized``)."""
+  out: list[Rule] = []
+  bert_names = _LAYER_NAMES['bert']
+  if family in ('bert', 'roberta'):
+    base = family
+    positions = ('copy' if family == 'bert'
+                 else f'positions+{dims["pad_token_id"] + 1}')
+    out += _embeddings(f'{base}.embeddings', positions)
+    out += _encoder_layers(f'{base}.encoder.layer', (), dims['num_layers'],
+                           bert_names)
+    if family == 'bert':
+      out += _dense('bert.pooler.dense', ('pooler',))
+      out += _dense('cls.predictions.transform.dense', ('mlm_transform',))
+      out += _norm('cls.predictions.transform.LayerNorm', ('mlm_norm',))
+      out.append(('cls.predictions.bias', ('mlm_output_bias',), 'vocab'))
+      out += _dense('cls.seq_relationship', ('nsp',))
+    else:
+      out += _dense('lm_head.dense', ('mlm_transform',))
+      out += _norm('lm_head.layer_norm', ('mlm_norm',))
+      out.append(('lm_head.bias', ('mlm_output_bias',), 'vocab'))
+  elif family == 'albert':
+    out += _embeddings('albert.embeddings')
+    out += _dense('albert.encoder.embedding_hidden_mapping_in',
+                  ('embeddings', 'projection'))
+    for g in range(dims['num_groups']):
+      out += _layer(f'albert.encoder.albert_layer_groups.{g}.albert_layers.0',
+                    (f'layer_{g}',), _LAYER_NAMES['albert'])
+    out += _dense('albert.pooler', ('pooler',))
+    out += _dense('predictions.dense', ('mlm_transform',))
+    out += _norm('predictions.LayerNorm', ('mlm_norm',))
+    out.append(('predictions.bias', ('mlm_output_bias',), 'vocab'))
+    out += _dense('sop_classifier.classifier', ('nsp',))
+  elif family == 'electra':
+    out += _embeddings('electra.embeddings')
+    encoder = f'{part}_encoder'
+    factorized = dims['factorized' if part == 'discriminator'
+                      else 'generator_factorized']
+    if factorized:
+      out += _dense('electra.embeddings_project', (encoder, 'projection'))
+    layers = dims['num_layers' if part == 'discriminator'
+                  else 'generator_layers']
+    out += _encoder_layers('electra.encoder.layer', (encoder,), layers,
+                           bert_names)
+    if part == 'discriminator':
+      out += _dense('discriminator_predictions.dense', ('rtd_transform',))
+      out += _dense('discriminator_predictions.dense_prediction',
+                    ('rtd_output',))
+    else:
+      out += _dense('generator_predictions.dense', ('generator_transform',))
+      out += _norm('generator_predictions.LayerNorm', ('generator_norm',))
+      out.append(('generator_lm_head.bias', ('generator_output_bias',),
+                  'vocab'))
+  elif family == 'distilbert':
+    out += _embeddings('distilbert.embeddings', token_types=False)
+    out += _encoder_layers('distilbert.transformer.layer', (),
+                           dims['num_layers'], _LAYER_NAMES['distilbert'])
+    out += _dense('vocab_transform', ('mlm_transform',))
+    out += _norm('vocab_layer_norm', ('mlm_norm',))
+    out.append(('vocab_projector.bias', ('mlm_output_bias',), 'vocab'))
+  else:
+    raise ConversionError(f'family={family!r}; use one of {FAMILIES}.')
+  return out
+
+
+# Tied to the word embeddings in every family: written as the same values
+# (transformers re-ties them on load).
+TIED = {'bert': ('cls.predictions.decoder.weight',),
+        'roberta': ('lm_head.decoder.weight',),
+        'albert': ('predictions.decoder.weight',),
+        ('electra', 'generator'): ('generator_lm_head.weight',),
+        'distilbert': ('vocab_projector.weight',)}
+
+
+# ---------------------------------------------------------------------------
+# bertjax -> transformers.
+
+
+def _get(tree: dict, path: tuple[str, ...]) -> np.ndarray:
+  for key in path:
+    tree = tree[key]
+  return np.asarray(tree)
+
+
+def _unscanned(params: dict, num_layers: int) -> dict:
+  """``model.scan_layers`` parameters (one stacked ``layers`` tree) as
+  ``layer_0`` ... trees."""
+  if 'layers' not in params:
+    return params
+  stacked = params['layers']['scan']['layer']
+  import jax  # pylint: disable=g-import-not-at-top
+  out = {k: v for k, v in params.items() if k != 'layers'}
+  for i in range(num_layers):
+    out[f'layer_{i}'] = jax.tree.map(lambda x, i=i: np.asarray(x)[i], stacked)
+  return out
+
+
+def _to_hf(value: np.ndarray, conversion, vocab_size: int) -> np.ndarray:
+  if conversion == 'copy':
+    return value
+  if conversion == 'linear':
+    return value.T
+  if conversion == 'vocab':
+    return value[:vocab_size]
+  if conversion == 'attn_out':
+    h, k, d = value.shape
+    return value.reshape(h * k, d).T
+  if isinstance(conversion, tuple):   # One of the fused Q/K/V.
+    part = value[:, conversion[1]] if value.ndim == 4 else value[
+        conversion[1]]
+    if part.ndim == 3:                  # Kernel [D, H, K] -> [H*K, D].
+      return part.reshape(part.shape[0], -1).T
+    return part.reshape(-1)            # Bias [H, K] -> [H*K].
+  if conversion.startswith('positions+'):
+    offset = int(conversion.split('+')[1])
+    return np.concatenate([np.zeros((offset, value.shape[1]), value.dtype),
+                           value])
+  raise AssertionError(conversion)
+
+
+def _dims(cfg, model_cfg) -> dict:
+  dims = {'num_layers': model_cfg.num_layers,
+          'num_groups': model_cfg.num_layer_groups or model_cfg.num_layers,
+          'factorized': model_cfg.factorized,
+          'pad_token_id': tokenizer_lib.PAD_ID}
+  if cfg.objective.name == 'electra':
+    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
+    _, generator = electra_objective.model_configs(cfg, model_cfg.vocab_size)
+    dims.update(generator_layers=generator.num_layers,
+                generator_factorized=generator.factorized)
+  return dims
+
+
+def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
+                  part: str | None = None) -> dict[str, np.ndarray]:
+  """``params`` (a run's, nested arrays) as the tensors of ``family``'s
+  transformers class, float32, the vocabulary trimmed to ``vocab_size``."""
+  model_cfg = _model_config(cfg, vocab_size)
+  if cfg.objective.name == 'distillation':
+    params = params['student']
+  params = _unscanned(params, model_cfg.num_layers)
+  state = {}
+  for hf, path, conversion in rules(family, _dims(cfg, model_cfg), part):
+    value = _to_hf(_get(params, path), conversion, vocab_size)
+    state[hf] = np.ascontiguousarray(value, dtype=np.float32)
+  word = state[next(hf for hf, path, _ in rules(family, _dims(
+      cfg, model_cfg), part) if path == ('embeddings', 'word', 'embedding'))]
+  for name in TIED.get((family, part), TIED.get(family, ())):
+    state[name] = word
+  return state
+
+
+def _model_config(cfg, vocab_size: int):
+  """The run's encoder config (the student's for distillation)."""
+  padded = tokenizer_lib.padded_vocab_size(vocab_size)
+  if cfg.objective.name == 'distillation':
+    from bertjax import distill  # pylint: disable=g-import-not-at-top
+    teacher_cfg = config_lib.model_config(cfg, padded)
+    return distill.student_config(cfg, teacher_cfg)
+  model_cfg = config_lib.model_config(cfg, padded)
+  if cfg.objective.name == 'electra':
+    model_cfg = dataclasses.replace(model_cfg, gelu_approximate=False)
+  return model_cfg
+
+
+def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
+              part: str | None = None) -> dict:
+  """``config.json`` of the transformers class for ``cfg``'s model."""
+  m = model_cfg or _model_config(cfg, vocab_size)
+  if family == 'electra' and part == 'generator':
+    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
+    _, m_gen = electra_objective.model_configs(
+        cfg, tokenizer_lib.padded_vocab_size(vocab_size))
+    generator = m_gen
+  act = 'gelu_new' if m.gelu_approximate else 'gelu'
+  common = {
+      'architectures': [ARCHITECTURES[(family, part)]],
+      'model_type': _MODEL_TYPES[ARCHITECTURES[(family, part)]],
+      'vocab_size': vocab_size, 'pad_token_id': tokenizer_lib.PAD_ID,
+      'dtype': 'float32', 'initializer_range': m.initializer_range,
+  }
+  if family == 'distilbert':
+    return common | {
+        'dim': m.hidden_size, 'n_layers': m.num_layers, 'n_heads': m.num_heads,
+        'hidden_dim': m.intermediate_size, 'activation': act,
+        'max_position_embeddings': m.max_position_embeddings,
+        'dropout': m.hidden_dropout_rate,
+        'attention_dropout': m.attention_dropout_rate,
+        'sinusoidal_pos_embds': False, 'tie_word_embeddings': True}
+  encoder = generator if family == 'electra' and part == 'generator' else m
+  config = common | {
+      'hidden_size': encoder.hidden_size,
+      'num_hidden_layers': encoder.num_layers,
+      'num_attention_heads': encoder.num_heads,
+      'intermediate_size': encoder.intermediate_size,
+      'hidden_act': act,
+      'hidden_dropout_prob': m.hidden_dropout_rate,
+      'attention_probs_dropout_prob': m.attention_dropout_rate,
+      'max_position_embeddings': m.max_position_embeddings,
+      'type_vocab_size': m.type_vocab_size,
+      'layer_norm_eps': m.layer_norm_epsilon,
+      'tie_word_embeddings': True,
+  }
+  if family == 'roberta':
+    config['max_position_embeddings'] += tokenizer_lib.PAD_ID + 1
+    config.update(bos_token_id=tokenizer_lib.CLS_ID,
+                  eos_token_id=tokenizer_lib.SEP_ID)
+  if family == 'albert':
+    config.update(embedding_size=m.embedding_width,
+                  num_hidden_groups=m.num_layer_groups or m.num_layers,
+                  inner_group_num=1, classifier_dropout_prob=0.1)
+  if family == 'electra':
+    config['embedding_size'] = m.embedding_width
+  return config
+
+
+# ---------------------------------------------------------------------------
+# transformers -> bertjax.
+
+
+def _set(tree: dict, path: tuple[str, ...], value: np.ndarray) -> None:
+  for key in path[:-1]:
+    tree = tree.setdefault(key, {})
+  tree[path[-1]] = value
+
+
+def _from_hf(tensors: list[np.ndarray], conversion, padded_vocab: int,
+             heads: int) -> np.ndarray:
+  (value,) = tensors
+  if conversion == 'copy':
+    return value
+  if conversion == 'linear':
+    return value.T
+  if conversion == 'vocab':
+    pad = [(0, padded_vocab - value.shape[0])] + [(0, 0)] * (value.ndim - 1)
+    return np.pad(value, pad)
+  if conversion == 'attn_out':
+    d, hk = value.shape
+    return value.T.reshape(heads, hk // heads, d)
+  if conversion.startswith('positions+'):
+    return value[int(conversion.split('+')[1]):]
+  raise AssertionError(conversion)
+
+
+def params_from_state_dict(state: dict[str, np.ndarray], family: str,
+                           dims: dict, heads: int, padded_vocab: int,
+                           part: str | None = None) -> dict:
+  """bertjax parameters (nested numpy arrays) from ``family``'s tensors;
+  raises ConversionError naming any tensor missing."""
+  table = rules(family, dims, part)
+  missing = [hf for hf, _, _ in table if hf not in state]
+  if missing:
+    raise ConversionError(
+        f'the checkpoint lacks {len(missing)} tensor(s) that '
+        f'{ARCHITECTURES[(family, part)]} has, e.g. {missing[:3]}; is it '
+        'a checkpoint of that class?')
+  params: dict = {}
+  fused: dict = {}
+  for hf, path, conversion in table:
+    value = np.asarray(state[hf], np.float32)
+    if isinstance(conversion, tuple):   # Collect Q, K, V, then fuse.
+      fused.setdefault(path, [None] * 3)[conversion[1]] = value
+      continue
+    _set(params, path, _from_hf([value], conversion, padded_vocab, heads))
+  for path, (q, k, v) in fused.items():
+    if path[-1] == 'qkv_kernel':       # [H*K, D] x 3 -> [D, 3, H, K].
+      d = q.shape[1]
+      _set(params, path, np.stack([w.T.reshape(d, heads, -1)
+                                   for w in (q, k, v)], axis=1))
+    else:                              # [H*K] x 3 -> [3, H, K].
+      _set(params, path, np.stack([b.reshape(heads, -1) for b in (q, k, v)]))
+  return params
+
+
+# ---------------------------------------------------------------------------
+# Files: safetensors written with numpy; a README of what was left out.
+
+
+def read_state_dict(directory: str) -> dict[str, np.ndarray]:
+  """The tensors of a transformers directory: ``model.safetensors`` (read
+  with numpy), or ``pytorch_model.bin`` (needs torch)."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  path = os.path.join(directory, 'model.safetensors')
+  if os.path.isfile(path):
+    return dict(st_numpy.load_file(path))
+  path = os.path.join(directory, 'pytorch_model.bin')
+  if os.path.isfile(path):
+    try:
+      import torch  # pylint: disable=g-import-not-at-top
+    except ImportError as e:
+      raise ConversionError(
+          f'{path!r} is a PyTorch pickle: reading it needs torch '
+          "(pip install '.[bench]'), or convert it to model.safetensors."
+      ) from e
+    state = torch.load(path, map_location='cpu', weights_only=True)
+    return {k: v.float().numpy() for k, v in state.items()}
+  raise ConversionError(f'{directory!r} has neither model.safetensors nor '
+                        'pytorch_model.bin.')
+
+
+def write_model(directory: str, state: dict[str, np.ndarray], config: dict
+                ) -> list[str]:
+  """``model.safetensors`` and ``config.json`` in ``directory``."""
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  os.makedirs(directory, exist_ok=True)
+  st_numpy.save_file(state, os.path.join(directory, 'model.safetensors'),
+                     metadata={'format': 'pt'})
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+  return ['model.safetensors', 'config.json']
+
+
+def left_out(cfg, family: str) -> list[str]:
+  """What ``cfg``'s model has that ``family``'s class lacks."""
+  out = []
+  if cfg.objective.name == 'bert' and cfg.objective.sbo_weight:
+    out.append(_LEFT_OUT['sbo'])
+  if family == 'roberta':
+    out.append(_LEFT_OUT['nsp'])
+  return out
+
+
+# ---------------------------------------------------------------------------
+# A run's export.
+
+
+def export_run(workdir: str, out_dir: str, step: int | None = None,
+               family: str | None = None) -> list[str]:
+  """Writes ``workdir``'s checkpoint at ``step`` (default: the latest) as a
+  transformers directory in ``out_dir`` (for ELECTRA, ``discriminator/``
+  and ``generator/`` in it), with the run's tokenizer. Returns the
+  directories written. ``out_dir`` must not exist yet: an export never
+  overwrites anything; it is written beside and renamed into place."""
+  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bertjax import hf_tokenizer  # pylint: disable=g-import-not-at-top
+  if os.path.exists(out_dir):
+    raise ConversionError(f'{out_dir!r} exists; export into a new directory '
+                          '(an export never overwrites).')
+  run = checkpoint.load_run(workdir, step)
+  cfg = run.config
+  family = family or family_of(cfg)
+  check_family(cfg, family)
+  tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
+  parts = ('discriminator', 'generator') if family == 'electra' else (None,)
+  staging = f'{out_dir.rstrip(os.sep)}.partial{os.getpid()}'
+  written = []
+  for part in parts:
+    directory = os.path.join(staging, part) if part else staging
+    write_model(directory, hf_state_dict(run.params, cfg, family,
+                                         run.vocab_size, part),
+                hf_config(cfg, family, run.vocab_size, part=part))
+    hf_tokenizer.save_tokenizer(tokenizer, directory, family,
+                                model_max_length=cfg.data.max_seq_length)
+    _write_readme(directory, run, family, part, left_out(cfg, family))
+    written.append(os.path.join(out_dir, part) if part else out_dir)
+  os.replace(staging, out_dir)
+  return written
+
+
+def _write_readme(directory: str, run, family: str, part, omitted) -> None:
+  architecture = ARCHITECTURES[(family, part)]
+  lines = [
+      f'# {architecture} exported by bertjax', '',
+      f'From the run in `{os.path.basename(os.path.abspath(run.workdir))}` '
+      f'at step {run.step} (objective `{run.config.objective.name}`).', '',
+      '```python',
+      'import transformers',
+      f'model = transformers.{architecture}.from_pretrained(PATH)',
+      'tokenizer = transformers.AutoTokenizer.from_pretrained(PATH)',
+      '```', '',
+      'The tokenizer is the run\'s SentencePiece model (also saved here for '
+      're-import into bertjax): [CLS] A [SEP] B [SEP], with [PAD], [UNK], '
+      '[CLS], [SEP], [MASK] at ids 0-4. The vocabulary tables hold the '
+      f'tokenizer\'s {run.vocab_size} ids (bertjax pads its tables to a '
+      'multiple of 128 with rows no input reaches).',
+  ]
+  if family == 'roberta':
+    lines += ['', 'Position ids start at pad_token_id + 1 = 1, as '
+              "RoBERTa's do; row 0 of the position table is unused."]
+  if omitted:
+    lines += ['', 'Not exported (this class has no place for it):', '']
+    lines += [f'- {item}' for item in omitted]
+  with open(os.path.join(directory, 'README.md'), 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+
+
+# ---------------------------------------------------------------------------
+# A transformers checkpoint's import.
+
+_GELU = {'gelu': 'exact', 'gelu_new': 'tanh', 'gelu_pytorch_tanh': 'tanh',
+         'gelu_fast': 'tanh'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported:
+  """A transformers checkpoint as a bertjax model: ``config`` (a full
+  bertjax config whose ``model`` and ``objective`` match the checkpoint),
+  ``params`` (nested numpy arrays, laid out as a run of that config holds
+  them; a distillation student under ``params['student']``), and
+  ``vocab_size`` (the checkpoint's rows; bertjax's tables are padded)."""
+  family: str
+  config: object
+  params: dict
+  vocab_size: int
+
+
+def _read_config(directory: str) -> dict:
+  path = os.path.join(directory, 'config.json')
+  if not os.path.isfile(path):
+    raise ConversionError(f'{directory!r} has no config.json: not a '
+                          'transformers model directory.')
+  with open(path) as f:
+    return json.load(f)
+
+
+def _family_and_part(hf: dict) -> tuple[str, str | None]:
+  names = {arch: key for key, arch in ARCHITECTURES.items()}
+  for arch in hf.get('architectures') or ():
+    if arch in names:
+      return names[arch]
+  raise ConversionError(
+      f'architectures={hf.get("architectures")}; bertjax imports '
+      f'{sorted(names)}.')
+
+
+def _gelu(hf: dict, key: str) -> str:
+  act = hf.get(key, 'gelu')
+  if act not in _GELU:
+    raise ConversionError(f'{key}={act!r}: bertjax layers use GELU '
+                          f'({sorted(_GELU)}).')
+  return _GELU[act]
+
+
+def _encoder_fields(cfg, hf: dict) -> None:
+  m = cfg.model
+  m.hidden_size = hf['hidden_size']
+  m.num_layers = hf['num_hidden_layers']
+  m.num_heads = hf['num_attention_heads']
+  m.intermediate_size = hf['intermediate_size']
+  m.type_vocab_size = hf.get('type_vocab_size', 2)
+  m.layer_norm_epsilon = hf.get('layer_norm_eps', 1e-12)
+  m.hidden_dropout_rate = hf.get('hidden_dropout_prob', 0.1)
+  m.attention_dropout_rate = hf.get('attention_probs_dropout_prob', 0.1)
+  m.gelu = _gelu(hf, 'hidden_act')
+  m.max_position_embeddings = hf['max_position_embeddings']
+
+
+def import_model(directory: str, generator_directory: str | None = None
+                 ) -> Imported:
+  """The transformers checkpoint in ``directory`` as bertjax parameters.
+
+  ELECTRA's two networks are two checkpoints: ``directory`` holds
+  ``ElectraForPreTraining`` (the discriminator) and ``generator_directory``
+  ``ElectraForMaskedLM``; their shared embeddings are taken from the
+  discriminator and must equal the generator's.
+  """
+  hf = _read_config(directory)
+  family, part = _family_and_part(hf)
+  state = read_state_dict(directory)
+  cfg = config_lib.base_config()
+  vocab_size = hf['vocab_size']
+  padded = tokenizer_lib.padded_vocab_size(vocab_size)
+  if family == 'distilbert':
+    m = cfg.model
+    m.hidden_size, m.num_layers = hf['dim'], hf['n_layers']
+    m.num_heads, m.intermediate_size = hf['n_heads'], hf['hidden_dim']
+    m.max_position_embeddings = hf['max_position_embeddings']
+    m.hidden_dropout_rate = hf.get('dropout', 0.1)
+    m.attention_dropout_rate = hf.get('attention_dropout', 0.1)
+    m.gelu = _gelu(hf, 'activation')
+    if hf.get('sinusoidal_pos_embds'):
+      raise ConversionError('sinusoidal_pos_embds=True: bertjax learns its '
+                            'position embeddings.')
+    cfg.objective.name = 'distillation'
+    cfg.distillation.student_layers = hf['n_layers']
+  else:
+    _encoder_fields(cfg, hf)
+  if family == 'roberta':
+    offset = hf.get('pad_token_id', 1) + 1
+    cfg.model.max_position_embeddings -= offset
+    cfg.objective.nsp_weight = 0.0
+    cfg.data.layout = 'full_sentences'
+  if family == 'albert':
+    if hf.get('inner_group_num', 1) != 1:
+      raise ConversionError(f'inner_group_num={hf["inner_group_num"]}: '
+                            'bertjax shares whole layers (1).')
+    cfg.model.embedding_size = hf['embedding_size']
+    cfg.model.num_layer_groups = hf.get('num_hidden_groups', 1)
+    if cfg.model.embedding_size == cfg.model.hidden_size:
+      raise ConversionError('an ALBERT checkpoint with embedding_size == '
+                            'hidden_size: bertjax has no projection then.')
+  if family == 'electra':
+    if part != 'discriminator' or not generator_directory:
+      raise ConversionError(
+          'ELECTRA is two checkpoints: give the ElectraForPreTraining '
+          '(discriminator) directory and, as the generator directory, the '
+          'ElectraForMaskedLM one.')
+    cfg.objective.name = 'electra'
+    cfg.model.gelu = 'exact'
+    if hf['embedding_size'] != hf['hidden_size']:
+      cfg.model.embedding_size = hf['embedding_size']
+    gen = _read_config(generator_directory)
+    cfg.electra.generator_hidden_fraction = (gen['hidden_size']
+                                             / hf['hidden_size'])
+    cfg.electra.generator_layers_fraction = (gen['num_hidden_layers']
+                                             / hf['num_hidden_layers'])
+  cfg.data.max_seq_length = min(cfg.data.max_seq_length,
+                                cfg.model.max_position_embeddings)
+  if family != 'distilbert':   # A student's run also names its teacher.
+    config_lib.validate(cfg)
+  model_cfg = _model_config(cfg, vocab_size)
+  dims = _dims(cfg, model_cfg)
+  if family == 'roberta':
+    dims['pad_token_id'] = hf.get('pad_token_id', 1)
+  params = params_from_state_dict(state, family, dims, model_cfg.num_heads,
+                                  padded, part)
+  if family == 'electra':
+    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
+    _, generator = electra_objective.model_configs(cfg, padded)
+    if (generator.hidden_size, generator.num_layers, generator.num_heads,
+        generator.intermediate_size) != (
+            gen['hidden_size'], gen['num_hidden_layers'],
+            gen['num_attention_heads'], gen['intermediate_size']):
+      raise ConversionError(
+          f'the generator is {gen["num_hidden_layers"]} x '
+          f'{gen["hidden_size"]} with {gen["num_attention_heads"]} heads and '
+          f'FFN {gen["intermediate_size"]}; bertjax builds ELECTRA\'s '
+          f'generator as {generator.num_layers} x {generator.hidden_size}, '
+          f'{generator.num_heads} heads (width // 64), FFN 4 x width.')
+    generator_params = params_from_state_dict(
+        read_state_dict(generator_directory), family, dims,
+        generator.num_heads, padded, 'generator')
+    for name, value in generator_params.items():
+      if name == 'embeddings':
+        for a, b in zip(jax_leaves(value), jax_leaves(params[name])):
+          if not np.array_equal(a, b):
+            raise ConversionError('the generator\'s embeddings differ from '
+                                  'the discriminator\'s; bertjax shares one '
+                                  'table.')
+      else:
+        params[name] = value
+  if family == 'distilbert':
+    params = {'student': params}
+  return Imported(family, cfg, params, vocab_size)
+
+
+def jax_leaves(tree) -> list:
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.tree.leaves(tree)

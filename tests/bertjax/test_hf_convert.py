@@ -1,0 +1,199 @@
+"""bertjax <-> transformers: weights round trip exactly, logits agree."""
+
+import dataclasses
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import hf_convert
+from bertjax.models import bert as bert_lib
+from bertjax.models import electra as electra_models
+
+torch = pytest.importorskip('torch')
+transformers = pytest.importorskip('transformers')
+
+VOCAB = 500          # Not a multiple of 128: bertjax pads its tables.
+LENGTH = 16
+_COMMON = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+               num_attention_heads=2, intermediate_size=64,
+               max_position_embeddings=40, pad_token_id=0)
+# family -> (class, config class, config) of a small random model.
+MODELS = {
+    'bert': (transformers.BertForPreTraining, transformers.BertConfig,
+             dict(_COMMON, hidden_act='gelu_new')),
+    'roberta': (transformers.RobertaForMaskedLM, transformers.RobertaConfig,
+                dict(_COMMON, layer_norm_eps=1e-5, type_vocab_size=1,
+                     max_position_embeddings=41)),
+    'albert': (transformers.AlbertForPreTraining, transformers.AlbertConfig,
+               dict(_COMMON, embedding_size=16, num_hidden_groups=1,
+                    hidden_act='gelu_new')),
+    'distilbert': (transformers.DistilBertForMaskedLM,
+                   transformers.DistilBertConfig,
+                   dict(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2,
+                        hidden_dim=64, max_position_embeddings=40,
+                        activation='gelu', pad_token_id=0)),
+    'electra': (transformers.ElectraForPreTraining,
+                transformers.ElectraConfig,
+                dict(_COMMON, embedding_size=16, hidden_act='gelu')),
+    'electra_generator': (transformers.ElectraForMaskedLM,
+                          transformers.ElectraConfig,
+                          dict(_COMMON, embedding_size=16, hidden_size=8,
+                               num_attention_heads=1, intermediate_size=32,
+                               hidden_act='gelu')),
+}
+
+
+def _save_random(name, directory):
+  model_class, config_class, config = MODELS[name]
+  torch.manual_seed(len(name))
+  model = model_class(config_class(**config)).eval()
+  model.save_pretrained(directory)
+  return model
+
+
+@pytest.fixture(scope='module')
+def saved(tmp_path_factory):
+  """Each random model saved once: name -> (model, directory)."""
+  out = {}
+  for name in MODELS:
+    directory = str(tmp_path_factory.mktemp(name))
+    out[name] = (_save_random(name, directory), directory)
+  # ELECTRA's networks share one embedding table, as ELECTRA trains them.
+  discriminator, generator = out['electra'][0], out['electra_generator'][0]
+  generator.electra.embeddings.load_state_dict(
+      discriminator.electra.embeddings.state_dict())
+  generator.save_pretrained(out['electra_generator'][1])
+  return out
+
+
+def _batch(seed=0):
+  """[2, LENGTH] ids, token types and a mask with padding in row 1."""
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, VOCAB, (2, LENGTH))
+  ids[:, 0], ids[:, -1], ids[1, 12:] = 2, 3, 0
+  types = np.zeros((2, LENGTH), np.int64)
+  types[0, 8:] = 1
+  mask = (ids != 0).astype(np.int64)
+  return ids, types, mask
+
+
+def _import(saved, family):
+  if family == 'electra':
+    return hf_convert.import_model(saved['electra'][1],
+                                   saved['electra_generator'][1])
+  return hf_convert.import_model(saved[family][1])
+
+
+@pytest.mark.parametrize('family', ['bert', 'roberta', 'albert',
+                                    'distilbert', 'electra'])
+def test_import_then_export_reproduces_the_checkpoint(saved, family):
+  imported = _import(saved, family)
+  assert imported.family == family and imported.vocab_size == VOCAB
+  parts = ({'discriminator': 'electra', 'generator': 'electra_generator'}
+           if family == 'electra' else {None: family})
+  for part, name in parts.items():
+    original = hf_convert.read_state_dict(saved[name][1])
+    exported = hf_convert.hf_state_dict(imported.params, imported.config,
+                                        family, imported.vocab_size, part)
+    # The file holds every tensor once; tied decoders may be left out of it.
+    tied = set(hf_convert.TIED.get((family, part),
+                                   hf_convert.TIED.get(family, ())))
+    assert set(original) - tied == set(exported) - tied
+    for key, value in original.items():
+      if family == 'roberta' and key.endswith('position_embeddings.weight'):
+        # Rows below RoBERTa's offset (pad_token_id + 1) are never read;
+        # bertjax keeps the rest and writes the unused row as zeros, which
+        # is what transformers initialises it to (padding_idx).
+        assert np.array_equal(exported[key][1:], value[1:]), key
+        assert not exported[key][0].any()
+        continue
+      assert exported[key].dtype == value.dtype, key
+      assert np.array_equal(exported[key], value), key
+
+
+def _bertjax_logits(imported, ids, types, mask, part=None):
+  """The imported model's own forward: float32 logits, vocabulary trimmed."""
+  cfg, vocab = imported.config, imported.vocab_size
+  model_cfg = hf_convert._model_config(cfg, vocab)   # pylint: disable=protected-access
+  args = (jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask))
+  positions = jnp.tile(jnp.arange(LENGTH)[None], (ids.shape[0], 1))
+  if imported.family == 'electra':
+    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
+    disc, gen = electra_objective.model_configs(cfg, model_cfg.vocab_size)
+    model = electra_models.Electra(disc, gen)
+    if part == 'generator':
+      out = model.apply({'params': imported.params}, *args, positions,
+                        method=electra_models.Electra.generate)
+      return {'logits': np.asarray(out)[..., :vocab]}
+    return {'logits': np.asarray(model.apply(
+        {'params': imported.params}, *args,
+        method=electra_models.Electra.discriminate))}
+  params = imported.params
+  if imported.family == 'distilbert':
+    params = params['student']
+  if imported.family == 'roberta':   # RobertaForMaskedLM has neither.
+    model_cfg = dataclasses.replace(model_cfg, with_pooler_nsp=False)
+  out = bert_lib.BertForPreTraining(model_cfg).apply(
+      {'params': params}, *args, positions)
+  logits = {'logits': np.asarray(out['mlm_logits'])[..., :vocab]}
+  if 'nsp_logits' in out and imported.family in ('bert', 'albert'):
+    logits['nsp'] = np.asarray(out['nsp_logits'])
+  return logits
+
+
+def _hf_logits(model, family, ids, types, mask):
+  inputs = {'input_ids': torch.tensor(ids),
+            'attention_mask': torch.tensor(mask)}
+  if family != 'distilbert':
+    inputs['token_type_ids'] = torch.tensor(
+        types if family != 'roberta' else np.zeros_like(types))
+  with torch.no_grad():
+    out = model(**inputs)
+  if family in ('bert', 'albert'):
+    return {'logits': out.prediction_logits.numpy(),
+            'nsp': (out.seq_relationship_logits if family == 'bert'
+                    else out.sop_logits).numpy()}
+  return {'logits': out.logits.numpy()}
+
+
+@pytest.mark.parametrize('name', ['bert', 'roberta', 'albert', 'distilbert',
+                                  'electra', 'electra_generator'])
+def test_imported_forward_matches_transformers(saved, name):
+  family = 'electra' if name.startswith('electra') else name
+  part = {'electra': 'discriminator',
+          'electra_generator': 'generator'}.get(name)
+  imported = _import(saved, family)
+  ids, types, mask = _batch()
+  if family == 'roberta':
+    types = np.zeros_like(types)   # type_vocab_size=1.
+  ours = _bertjax_logits(imported, ids, types, mask, part)
+  theirs = _hf_logits(saved[name][0], family, ids, types, mask)
+  real = mask.astype(bool)
+  for key in theirs:
+    a, b = ours[key], theirs[key]
+    if a.ndim >= 2 and a.shape[1] == LENGTH:
+      a, b = a[real], b[real]    # Padded positions' outputs are unused.
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4, err_msg=key)
+
+
+def test_missing_tensors_are_named(saved, tmp_path):
+  state = hf_convert.read_state_dict(saved['bert'][1])
+  del state['bert.encoder.layer.1.output.dense.weight']
+  config = os.path.join(saved['bert'][1], 'config.json')
+  directory = tmp_path / 'broken'
+  directory.mkdir()
+  (directory / 'config.json').write_text(open(config).read())
+  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
+  st_numpy.save_file(state, str(directory / 'model.safetensors'))
+  with pytest.raises(hf_convert.ConversionError,
+                     match='layer.1.output.dense.weight'):
+    hf_convert.import_model(str(directory))
+
+
+def test_unknown_architecture_is_refused(tmp_path):
+  (tmp_path / 'config.json').write_text(
+      '{"architectures": ["GPT2LMHeadModel"]}')
+  with pytest.raises(hf_convert.ConversionError, match='GPT2LMHeadModel'):
+    hf_convert.import_model(str(tmp_path))
