@@ -34,8 +34,11 @@ setuptools.setup(
         'tqdm>=4.66,<5',
     ],
     extras_require={
+        # torch: transformers runs the exported models in the tests; the
+        # upper bound admits the CPU build that 2.13.0 ships as.
         'test': ['pytest>=8,<10', 'hypothesis>=6.100,<7', 'scipy>=1.11,<2',
-                 'matplotlib>=3.9,<4'],
+                 'matplotlib>=3.9,<4', 'torch>=2.6,<=2.13.0',
+                 'transformers>=5,<6'],
         # experiments/compare.py's plots.
         'compare': ['matplotlib>=3.9,<4'],
         # Peers measured side by side in experiments/benchmarks/.

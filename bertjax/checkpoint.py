@@ -169,3 +169,43 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
         state=ocp.args.StandardRestore()))['state']
   return SavedRun(workdir, step, config_lib.from_saved(meta['config']),
                   state['params'], meta['vocab_size'], tokenizer_path)
+
+
+# A workdir holding only parameters (an import) says so in this file.
+_PARAMS_ONLY = 'params_only.json'
+
+
+def save_params(workdir: str, params: Any, source: str) -> None:
+  """``params`` as step 0 of ``workdir``'s checkpoints, without optimizer
+  state: a run with ``init_from=workdir`` starts from them."""
+  directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+  with ocp.CheckpointManager(
+      directory,
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    manager.save(0, args=ocp.args.Composite(
+        state=ocp.args.StandardSave({'params': params})))
+    manager.wait_until_finished()
+  with open(os.path.join(workdir, _PARAMS_ONLY), 'w') as f:
+    json.dump({'source': source}, f)
+
+
+def is_params_only(workdir: str) -> bool:
+  return os.path.isfile(os.path.join(workdir, _PARAMS_ONLY))
+
+
+def restore_params(workdir: str, abstract_params: Any) -> Any:
+  """The parameters ``save_params`` wrote, onto ``abstract_params``'
+  shapes and shardings; a model of another shape is an error naming it."""
+  directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+  with ocp.CheckpointManager(
+      directory,
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    try:
+      return manager.restore(0, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore({'params': abstract_params})
+      ))['state']['params']
+    except (ValueError, KeyError) as e:
+      raise ValueError(
+          f'the parameters imported in {workdir!r} do not fit the model '
+          f'of this config ({e}); train with the config the import wrote '
+          '(experiments/configs/imported.py:WORKDIR/config.json).') from e

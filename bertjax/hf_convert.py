@@ -726,3 +726,66 @@ def import_model(directory: str, generator_directory: str | None = None
 def jax_leaves(tree) -> list:
   import jax  # pylint: disable=g-import-not-at-top
   return jax.tree.leaves(tree)
+
+
+def write_import(imported: Imported, tokenizer, out_dir: str,
+                 source: str) -> str:
+  """A directory that a bertjax run starts from: ``config.json`` (the
+  checkpoint's model, ``init_from`` this directory, its tokenizer),
+  ``tokenizer.model`` and the parameters as a step-0 checkpoint. Heads the
+  checkpoint lacks (RoBERTa's pooler and NSP layer, unused without NSP) are
+  initialised from the config's seed. Returns the config's path."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bertjax import pretraining  # pylint: disable=g-import-not-at-top
+  from bertjax import sharding  # pylint: disable=g-import-not-at-top
+  from data_pipelines import pipeline  # pylint: disable=g-import-not-at-top
+  if imported.family == 'distilbert':
+    raise ConversionError(
+        'DistilBERT trains by distillation from a teacher run '
+        '(distillation.teacher_workdir); an imported student has none to '
+        'continue with.')
+  if os.path.exists(out_dir):
+    raise ConversionError(f'{out_dir!r} exists; import into a new '
+                          'directory.')
+  if tokenizer.vocab_size != imported.vocab_size:
+    raise ConversionError(
+        f'the tokenizer has {tokenizer.vocab_size} pieces and the '
+        f'checkpoint {imported.vocab_size} rows: they are not a pair.')
+  out_dir = os.path.abspath(out_dir)
+  cfg = config_lib.from_saved(imported.config.to_dict())
+  cfg.init_from = out_dir
+  cfg.data.tokenizer.model_path = os.path.join(out_dir, 'tokenizer.model')
+  padded = tokenizer_lib.padded_vocab_size(imported.vocab_size)
+  task = pretraining.make_task(cfg, padded)
+  dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
+           in pipeline.batch_spec(cfg, num_rows=1).items()}
+  fresh = sharding.strip_boxes(jax.jit(lambda: task.init(
+      jax.random.key(cfg.seed), dummy))())
+  flat_imported = {jax.tree_util.keystr(p): v for p, v in
+                   jax.tree_util.tree_flatten_with_path(imported.params)[0]}
+  used = set()
+
+  def pick(path, leaf):
+    key = jax.tree_util.keystr(path)
+    if key not in flat_imported:
+      return np.asarray(leaf)
+    used.add(key)
+    value = flat_imported[key]
+    if value.shape != leaf.shape:
+      raise ConversionError(f'{key}: the checkpoint has {value.shape}, the '
+                            f'model {leaf.shape}.')
+    return value
+
+  params = jax.tree_util.tree_map_with_path(pick, fresh)
+  unused = sorted(set(flat_imported) - used)
+  if unused:
+    raise ConversionError(f'the model has no place for {unused[:3]}.')
+  os.makedirs(out_dir)
+  tokenizer.save(cfg.data.tokenizer.model_path)
+  checkpoint.save_params(out_dir, params, source)
+  path = os.path.join(out_dir, 'config.json')
+  with open(path, 'w') as f:
+    json.dump(cfg.to_dict(), f, indent=2, sort_keys=True)
+  return path

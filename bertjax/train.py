@@ -410,6 +410,13 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     if latest is not None:
       state = ckpt.restore(latest, abstract_state, train_iter)
       _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+    elif cfg.init_from and checkpoint_lib.is_params_only(cfg.init_from):
+      # An imported checkpoint (experiments/import_hf.py): its parameters,
+      # with this run's fresh optimizer state.
+      state = sharding.create_sharded(steps.init_state, state_sh).replace(
+          params=checkpoint_lib.restore_params(cfg.init_from,
+                                               abstract_state.params))
+      _say(f'initialized from the parameters imported in {cfg.init_from}')
     elif cfg.init_from:
       state = _init_from(cfg.init_from, abstract_state)
     else:

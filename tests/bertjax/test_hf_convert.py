@@ -6,13 +6,12 @@ import os
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 
 from bertjax import hf_convert
 from bertjax.models import bert as bert_lib
 from bertjax.models import electra as electra_models
-
-torch = pytest.importorskip('torch')
-transformers = pytest.importorskip('transformers')
 
 VOCAB = 500          # Not a multiple of 128: bertjax pads its tables.
 LENGTH = 16
@@ -197,3 +196,80 @@ def test_unknown_architecture_is_refused(tmp_path):
       '{"architectures": ["GPT2LMHeadModel"]}')
   with pytest.raises(hf_convert.ConversionError, match='GPT2LMHeadModel'):
     hf_convert.import_model(str(tmp_path))
+
+
+# ---------------------------------------------------------------------------
+# Runs: bertjax -> transformers -> bertjax, then pretraining goes on.
+
+
+def _train_tiny(workdir, data_dir, preset=None, arg=None, **fields):
+  """A 2-step run of ``preset`` (default: the demo) at the tiny size."""
+  import preset_helpers  # pylint: disable=g-import-not-at-top
+  from bertjax import config_lib  # pylint: disable=g-import-not-at-top
+  from bertjax import train  # pylint: disable=g-import-not-at-top
+  cfg = (preset_helpers.load_preset(preset, arg) if preset
+         else config_lib.demo_config())
+  cfg.data.corpus = config_lib.demo_config().data.corpus
+  preset_helpers.set_fields(cfg, {
+      **preset_helpers.TINY, 'data.data_dir': str(data_dir),
+      'total_steps': 2, 'num_train_steps': 0, 'log_every_steps': 2,
+      'eval_every_steps': 2, 'checkpoint_every_steps': 2,
+      'optimizer.warmup_steps': 1, **fields})
+  train.train_and_evaluate(cfg, str(workdir))
+  return str(workdir)
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp('data')
+
+
+@pytest.mark.e2e
+def test_imported_checkpoint_continues_pretraining(data_dir, tmp_path):
+  """A run exported to transformers and imported back starts a new run
+  from exactly its parameters (a step at lr 1e-30 changes nothing)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import preset_helpers  # pylint: disable=g-import-not-at-top
+  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bertjax import train  # pylint: disable=g-import-not-at-top
+  from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  run = checkpoint.load_run(_train_tiny(tmp_path / 'run', data_dir))
+  exported = str(tmp_path / 'exported')
+  hf_convert.write_model(
+      exported, hf_convert.hf_state_dict(run.params, run.config, 'bert',
+                                         run.vocab_size),
+      hf_convert.hf_config(run.config, 'bert', run.vocab_size))
+  config_path = hf_convert.write_import(
+      hf_convert.import_model(exported),
+      tokenizer_lib.Tokenizer.load(run.tokenizer_path),
+      str(tmp_path / 'imported'), source=exported)
+  cfg = preset_helpers.load_preset('imported', config_path)
+  assert cfg.init_from == str(tmp_path / 'imported')
+  preset_helpers.set_fields(cfg, {
+      **preset_helpers.TINY_DATA, 'data.data_dir': str(data_dir),
+      'total_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
+      'checkpoint_every_steps': 1, 'optimizer.learning_rate': 1e-30,
+      'optimizer.warmup_steps': 0})
+  train.train_and_evaluate(cfg, str(tmp_path / 'continued'))
+  continued = checkpoint.load_run(str(tmp_path / 'continued'))
+  assert continued.step == 1
+  vocab = run.vocab_size
+  for (path, a), b in zip(
+      jax.tree_util.tree_flatten_with_path(continued.params)[0],
+      jax.tree.leaves(run.params)):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape[:1] == (tokenizer_lib.padded_vocab_size(vocab),):
+      # Rows past the tokenizer's vocabulary are unreachable: the import
+      # zeroes them.
+      a, b = a[:vocab], b[:vocab]
+    np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def test_import_into_an_existing_directory_is_refused(saved, tmp_path):
+  imported = hf_convert.import_model(saved['bert'][1])
+  (tmp_path / 'taken').mkdir()
+  (tmp_path / 'taken' / 'keep.txt').write_text('mine')
+  with pytest.raises(hf_convert.ConversionError, match='exists'):
+    hf_convert.write_import(imported, None, str(tmp_path / 'taken'),
+                            source='x')
+  assert (tmp_path / 'taken' / 'keep.txt').read_text() == 'mine'
