@@ -87,8 +87,8 @@ class Checkpointer:
   def is_due(self, step: int) -> bool:
     return step % self._save_every_steps == 0
 
-  def save(self, step: int, state: Any, data_iterator, force: bool = False
-           ) -> bool:
+  def save(self, step: int, state: Any, data_iterator=None,
+           force: bool = False) -> bool:
     """Saves if ``step`` is due (or ``force``); returns whether it did.
 
     Due means a multiple of ``save_every_steps`` (orbax on its own would
@@ -96,22 +96,23 @@ class Checkpointer:
     """
     if not force and not self.is_due(step):
       return False
-    return self._manager.save(
-        step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            data=IteratorSave(data_iterator)),
-        force=True)
+    items = {'state': ocp.args.StandardSave(state)}
+    if data_iterator is not None:
+      items['data'] = IteratorSave(data_iterator)
+    return self._manager.save(step, args=ocp.args.Composite(**items),
+                              force=True)
 
   def restore(self, step: int, abstract_state: Any, data_iterator) -> Any:
     """The state at ``step``, sharded like ``abstract_state``'s leaves.
 
-    ``data_iterator`` is moved to the saved position in place.
+    ``data_iterator`` is moved to the saved position in place (None: a
+    run whose batches are a function of the step saves no iterator).
     """
-    restored = self._manager.restore(
-        step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state),
-            data=IteratorRestore(data_iterator)))
-    return restored['state']
+    items = {'state': ocp.args.StandardRestore(abstract_state)}
+    if data_iterator is not None:
+      items['data'] = IteratorRestore(data_iterator)
+    return self._manager.restore(step, args=ocp.args.Composite(**items)
+                                 )['state']
 
   def wait(self) -> None:
     self._manager.wait_until_finished()
@@ -143,10 +144,16 @@ class SavedRun:
 
 def load_run(workdir: str, step: int | None = None) -> SavedRun:
   """The parameters of ``workdir``'s checkpoint at ``step`` (default: the
-  latest), on the default device; raises ValueError saying what is missing."""
+  latest), on the default device; raises ValueError saying what is missing.
+
+  ``workdir`` is a training run's, or an import's (experiments/import_hf.py:
+  its ``config.json`` and step-0 parameters).
+  """
   from bertjax import config_lib  # pylint: disable=g-import-not-at-top
   meta_path = os.path.join(workdir, 'run_meta.json')
   tokenizer_path = os.path.join(workdir, 'tokenizer.model')
+  if is_params_only(workdir):
+    meta_path = os.path.join(workdir, 'config.json')
   directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
   for path in (meta_path, tokenizer_path):
     if not os.path.isfile(path):
@@ -162,6 +169,10 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
                      f'steps {available}.')
   with open(meta_path) as f:
     meta = json.load(f)
+  if is_params_only(workdir):
+    from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    meta = {'config': meta, 'vocab_size': tokenizer_lib.Tokenizer.load(
+        tokenizer_path).vocab_size}
   with ocp.CheckpointManager(
       directory,
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:

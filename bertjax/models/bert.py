@@ -93,6 +93,10 @@ class BertConfig:
   # explicit softmax: cuDNN's dropout seed is a compile-time constant, which
   # would draw the same mask every step.
   attention_impl: str = 'xla'
+  # Bottleneck adapters (Houlsby et al., 2019) of this width after the
+  # attention and the FFN of every layer, for parameter-efficient
+  # fine-tuning; 0 = none (pretraining never has them).
+  adapter_size: int = 0
 
   @classmethod
   def from_size(cls, size: str, **overrides) -> 'BertConfig':
@@ -309,21 +313,81 @@ def attention_mask_for(cfg: BertConfig, input_ids, attention_mask):
       bool)
 
 
+class Adapter(nn.Module):
+  """Houlsby et al. (2019)'s bottleneck: x + Up(GELU(Down(x))), D -> m -> D.
+
+  Initialized near the identity (weights ~ truncated normal, std 1e-3, as
+  adapter-bert's ``adapter_init_scale``), so inserting adapters into a
+  pretrained network leaves its function unchanged at the start.
+  """
+  cfg: BertConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.cfg
+    init = nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(1e-3), ('embed', None))
+    h = nn.Dense(cfg.adapter_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                 kernel_init=init, name='down')(x)
+    h = nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                 kernel_init=nn.with_logical_partitioning(
+                     nn.initializers.truncated_normal(1e-3), (None, 'embed')),
+                 bias_init=_zeros(('embed',)), name='up')(_gelu(cfg, h))
+    return x + h
+
+
 class EncoderLayer(nn.Module):
-  """Post-LN: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+  """Post-LN: x = LN(x + Attn(x)); x = LN(x + FFN(x)); with adapters,
+  each sublayer's output passes its adapter before the residual sum."""
   cfg: BertConfig
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic: bool):
     cfg = self.cfg
     dropout = nn.Dropout(cfg.hidden_dropout_rate)
+
+    def adapted(h, name):
+      h = dropout(h, deterministic=deterministic)
+      return Adapter(cfg, name=name)(h) if cfg.adapter_size else h
+
     h = SelfAttention(cfg, name='attention')(x, attention_mask, deterministic)
     x = LayerNorm(cfg, name='attention_norm')(
-        x + dropout(h, deterministic=deterministic))
+        x + adapted(h, 'attention_adapter'))
     h = FeedForward(cfg, name='ffn')(x)
-    x = LayerNorm(cfg, name='ffn_norm')(
-        x + dropout(h, deterministic=deterministic))
+    x = LayerNorm(cfg, name='ffn_norm')(x + adapted(h, 'ffn_adapter'))
     return _constrain(x, 'act_batch', 'act_len', 'act_embed')
+
+
+def encoder_layers(cfg: BertConfig) -> list[nn.Module]:
+  """The ``cfg.num_layers`` layers in order, for a module's ``setup``:
+  ``layer_{g}`` per distinct parameter set (a shared group's module
+  repeats), or one scanned ``layers`` module with ``cfg.scan_layers``."""
+  if cfg.scan_layers:
+    if cfg.num_layer_groups:
+      raise ValueError('model.scan_layers with model.num_layer_groups: '
+                       'shared layers are not scanned.')
+    return [ScannedLayers(cfg, name='layers')]
+  layer = layer_class(cfg)
+  groups = [layer(cfg, name=f'layer_{g}')
+            for g in range(cfg.num_layer_groups or cfg.num_layers)]
+  return [groups[cfg.layer_group(i)] for i in range(cfg.num_layers)]
+
+
+def run_layers(cfg: BertConfig, layers, x, input_ids, attention_mask,
+               deterministic: bool, all_layers: bool = False):
+  """The layers over the embeddings ``x`` [B, L, D]: the last output, or
+  with ``all_layers`` the list [embeddings, layer 1, ..., layer N]."""
+  attention_mask = attention_mask_for(cfg, input_ids, attention_mask)
+  outputs = [x]
+  for layer in layers:
+    x = layer(x, attention_mask, deterministic)
+    outputs.append(x)
+  if all_layers:
+    if cfg.scan_layers:
+      raise ValueError('every layer\'s output needs unscanned layers '
+                       '(model.scan_layers=False).')
+    return outputs
+  return x
 
 
 class _ScanBody(nn.Module):
@@ -414,17 +478,7 @@ class BertForPreTraining(nn.Module):
     cfg = self.cfg
     self.embeddings = Embeddings(cfg)
     # With sharing, one module per group, called by each of its layers.
-    distinct = cfg.num_layer_groups or cfg.num_layers
-    if cfg.scan_layers:
-      if cfg.num_layer_groups:
-        raise ValueError('model.scan_layers with model.num_layer_groups: '
-                         'shared layers are not scanned.')
-      self.layers = [ScannedLayers(cfg, name='layers')]
-    else:
-      layer = layer_class(cfg)
-      groups = [layer(cfg, name=f'layer_{g}') for g in range(distinct)]
-      self.layers = [groups[cfg.layer_group(i)]
-                     for i in range(cfg.num_layers)]
+    self.layers = encoder_layers(cfg)
     if cfg.with_pooler_nsp:
       self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
                              param_dtype=cfg.param_dtype,
@@ -451,10 +505,8 @@ class BertForPreTraining(nn.Module):
              deterministic: bool = True):
     """Sequence output [B, L, D]."""
     x = self.embeddings(input_ids, token_type_ids, deterministic)
-    attention_mask = attention_mask_for(self.cfg, input_ids, attention_mask)
-    for layer in self.layers:
-      x = layer(x, attention_mask, deterministic)
-    return x
+    return run_layers(self.cfg, self.layers, x, input_ids, attention_mask,
+                      deterministic)
 
   def __call__(self, input_ids, token_type_ids, attention_mask,
                masked_positions, masked_unit_start=None,

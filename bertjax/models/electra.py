@@ -108,11 +108,8 @@ class Encoder(nn.Module):
                    bias_init=bert_lib._zeros(('embed',)),
                    name='projection')(x)
       x = bert_lib._constrain(x, 'act_batch', 'act_len', 'act_embed')
-    distinct = cfg.num_layer_groups or cfg.num_layers
-    layer = bert_lib.layer_class(cfg)
-    groups = [layer(cfg, name=f'layer_{g}') for g in range(distinct)]
-    for i in range(cfg.num_layers):
-      x = groups[cfg.layer_group(i)](x, attention_mask, deterministic)
+    for layer in bert_lib.encoder_layers(cfg):
+      x = layer(x, attention_mask, deterministic)
     return x
 
 

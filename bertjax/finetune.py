@@ -1,0 +1,624 @@
+r"""Fine-tuning: a pretrained encoder on a downstream task, top to bottom.
+
+  python experiments/finetune.py --config=experiments/configs/finetune.py \
+      --config.init=runs/demo --workdir=runs/demo-finetuned
+
+``finetune(cfg, workdir)`` reads a pretrained run (any bertjax objective,
+or an import of a transformers checkpoint), puts a task head on its encoder
+(``bertjax.models.heads``) and trains on the task with the run's tokenizer,
+on the same mesh, optimizer and checkpoint code as pretraining. Training
+modes (``MODES``):
+
+- ``full``: every weight trains (Devlin et al., 2019, Sec. 4).
+- ``frozen``: the encoder is fixed, only the head trains (feature-based);
+  no gradient is computed for the encoder and its weights stay bitwise.
+- ``adapters``: Houlsby et al. (2019)'s bottleneck adapters after each
+  layer's attention and FFN; only adapters and head train
+  (``adapter_layer_norms`` also trains the LayerNorms, as the paper does).
+- ``weighted_layers``: the encoder is fixed and the head reads a learned
+  weighted sum of every layer's output (ELMo's scalar mix; BERT Sec. 5.3).
+- ``gradual_unfreeze``: the head trains first; every
+  ``unfreeze_every_steps`` the next layer down joins (Howard & Ruder, 2018,
+  ULMFiT Sec. 3.2), the embeddings last.
+
+Writes to ``workdir``: checkpoints (a rerun resumes), ``metrics.jsonl``
+with the held-out task metrics, and ``downstream.json``: the final metrics
+(the first of the task's metrics is its headline), for the compare tool.
+
+Every random draw (head init, random weights, dropout, batch order)
+derives from ``cfg.seed``; batches are a function of (seed, step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from bertjax import checkpoint as checkpoint_lib
+from bertjax import config_lib
+from bertjax import hf_convert
+from bertjax import metric_writers
+from bertjax import optim
+from bertjax import sharding
+from bertjax import train as train_lib
+from bertjax.models import heads
+from data_pipelines import downstream
+from data_pipelines import tokenizer as tokenizer_lib
+
+MODES = ('full', 'frozen', 'adapters', 'weighted_layers', 'gradual_unfreeze')
+INIT_WEIGHTS = ('pretrained', 'random')
+RESULT = 'downstream.json'
+_META = 'finetune_meta.json'
+# Keys split once from the seed: head (and random encoder) init, dropout,
+# the batch order.
+_INIT_KEY, _DROPOUT_KEY, _ORDER_KEY = 1, 2, 3
+# The config sections a resumed fine-tuning run must share.
+_IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'task', 'mode',
+             'adapter_size', 'adapter_layer_norms', 'max_seq_length',
+             'batch_size', 'model')
+# Batch features each kind trains on, besides the inputs.
+_INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
+_LABELS = {'classification': ('label',), 'regression': ('label',),
+           'token': ('labels',), 'span': ('start_positions', 'end_positions')}
+
+
+class FinetuneError(ValueError):
+  """A config or source that fine-tuning cannot use; the message says why."""
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Every field, with the BERT paper's fine-tuning settings (Appendix A.3:
+  batch 32, 3 epochs, 10% warmup, Adam with weight decay 0.01; learning
+  rate from {5e-5, 3e-5, 2e-5})."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.init = ''                     # Pretrained workdir (a run, or an import).
+  c.init_step = 0                 # Its checkpoint; 0 = the latest.
+  c.init_weights = 'pretrained'   # pretrained | random: the run's
+                                  # architecture and tokenizer, random weights
+                                  # (the from-scratch baseline).
+  c.task = ml_collections.ConfigDict()
+  c.task.name = 'embedded'        # embedded | files | a TFDS name (glue/sst2,
+                                  # squad, conll2003, ...: downstream.load_tfds)
+  c.task.kind = ''                # files: classification | regression |
+                                  # token | span.
+  c.task.train_path = ''          # files: .jsonl or .csv.
+  c.task.eval_path = ''
+  c.task.text_field = 'text'
+  c.task.pair_field = ''          # '' = single sentence.
+  c.task.label_field = 'label'
+  c.task.words_field = 'words'
+  c.task.labels_field = 'labels'
+  c.task.label_names = ()         # () = the sorted labels of the train file.
+  c.task.examples_per_class = 0   # embedded: keep N training examples per
+                                  # class (0 = all).
+  c.task.tfds_data_dir = ''
+  c.max_seq_length = 128
+  c.doc_stride = 128              # span: overlap of a long context's windows.
+  c.max_query_length = 64
+  c.max_answer_length = 30
+  c.mode = 'full'                 # MODES
+  c.adapter_size = 64             # Houlsby et al.: 8, 64 or 256.
+  c.adapter_layer_norms = False   # adapters: also train the LayerNorms.
+  c.unfreeze_every_steps = 0      # gradual_unfreeze; 0 = one epoch.
+  c.batch_size = 32
+  c.num_epochs = 3.0
+  c.model = ml_collections.ConfigDict()
+  c.model.hidden_dropout_rate = 0.1
+  c.model.attention_dropout_rate = 0.1
+  c.model.dtype = ''              # '' = the pretrained run's.
+  c.optimizer = ml_collections.ConfigDict()
+  c.optimizer.name = 'bert_adamw'
+  c.optimizer.schedule = 'bert_linear'
+  c.optimizer.learning_rate = 2e-5
+  c.optimizer.warmup_proportion = 0.1
+  c.optimizer.b1 = 0.9
+  c.optimizer.b2 = 0.999
+  c.optimizer.eps = 1e-6
+  c.optimizer.weight_decay = 0.01
+  c.optimizer.grad_clip_norm = 1.0
+  c.sharding = ml_collections.ConfigDict()
+  c.sharding.mesh_shape = (-1, 1, 1)
+  c.sharding.replicas = 1
+  c.sharding.rules = config_lib.DEFAULT_RULES
+  c.log_every_steps = 50
+  c.eval_every_steps = 0          # 0 = at the end only.
+  c.checkpoint_every_steps = 1000
+  c.keep_checkpoints = 1
+  return c
+
+
+def validate(cfg, check_init: bool = True) -> None:
+  """Every check that reads no data, with the field and allowed values
+  (``check_init=False``: all but ``init``, for a run not trained yet)."""
+  errors = []
+
+  def check(ok: bool, message: str) -> None:
+    if not ok:
+      errors.append(message)
+
+  check(bool(cfg.init) or not check_init, 'init is empty: give the pretrained workdir (a '
+        'training run, or experiments/import_hf.py\'s output); its tokenizer '
+        'and architecture are used even with init_weights=random.')
+  check(cfg.mode in MODES, f'mode={cfg.mode!r}; use one of {MODES}.')
+  check(cfg.init_weights in INIT_WEIGHTS,
+        f'init_weights={cfg.init_weights!r}; use one of {INIT_WEIGHTS}.')
+  check(cfg.adapter_size > 0 or cfg.mode != 'adapters',
+        f'adapter_size={cfg.adapter_size}; adapters need a width > 0.')
+  check(cfg.batch_size > 0, f'batch_size={cfg.batch_size} must be > 0.')
+  check(cfg.num_epochs > 0, f'num_epochs={cfg.num_epochs} must be > 0.')
+  check(cfg.max_seq_length >= 8,
+        f'max_seq_length={cfg.max_seq_length} must be >= 8.')
+  check(cfg.unfreeze_every_steps >= 0,
+        f'unfreeze_every_steps={cfg.unfreeze_every_steps} must be >= 0.')
+  check(0 <= cfg.optimizer.warmup_proportion < 1,
+        f'optimizer.warmup_proportion={cfg.optimizer.warmup_proportion} must '
+        'be in [0, 1).')
+  check(cfg.optimizer.learning_rate > 0,
+        f'optimizer.learning_rate={cfg.optimizer.learning_rate} must be > 0.')
+  check(cfg.model.dtype in ('', 'float32', 'bfloat16'),
+        f'model.dtype={cfg.model.dtype!r}; use float32, bfloat16 or \'\' '
+        '(the pretrained run\'s).')
+  for name in ('hidden_dropout_rate', 'attention_dropout_rate'):
+    rate = cfg.model[name]
+    check(0 <= rate < 1, f'model.{name}={rate} must be in [0, 1).')
+  check(cfg.task.name != 'files' or cfg.task.kind in heads.KINDS,
+        f'task.kind={cfg.task.kind!r}; task.name=files needs one of '
+        f'{heads.KINDS}.')
+  if check_init and cfg.init and not (os.path.isdir(cfg.init) and checkpoint_lib.latest_step(
+      os.path.join(cfg.init, 'checkpoints')) is not None):
+    errors.append(f'init={cfg.init!r} holds no checkpoint: give the '
+                  '--workdir of a pretraining run (or an import).')
+  if errors:
+    raise FinetuneError('fine-tuning config: ' + ' '.join(errors))
+
+
+# ---------------------------------------------------------------------------
+# The pretrained encoder.
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+  """A run's encoder: its config, its parameters laid out as
+  ``heads.DownstreamModel``'s (``embeddings``, ``layer_{g}``, and
+  ``pooler`` where the run has one), and its tokenizer."""
+  workdir: str
+  step: int
+  objective: str
+  model: Any                  # bert.BertConfig
+  params: dict                # Nested numpy arrays.
+  tokenizer: tokenizer_lib.Tokenizer
+
+
+def _encoder_params(params: dict, cfg, model_cfg) -> dict:
+  """A run's parameters (any objective) as a BERT encoder's."""
+  objective = cfg.objective.name
+  if objective == 'distillation':
+    params = params['student']
+  if objective == 'electra':   # The discriminator, over the shared tables.
+    encoder = params['discriminator_encoder']
+    embeddings = dict(params['embeddings'])
+    if 'projection' in encoder:
+      embeddings['projection'] = encoder['projection']
+    return {'embeddings': embeddings,
+            **{k: v for k, v in encoder.items() if k.startswith('layer_')}}
+  params = hf_convert._unscanned(params, model_cfg.num_layers)  # pylint: disable=protected-access
+  keep = ('embeddings', 'pooler')
+  return {k: v for k, v in params.items()
+          if k in keep or k.startswith('layer_')}
+
+
+def load_pretrained(workdir: str, step: int = 0) -> Pretrained:
+  """The encoder of ``workdir``'s checkpoint at ``step`` (0: the latest)."""
+  try:
+    run = checkpoint_lib.load_run(workdir, step or None)
+    model_cfg = hf_convert._model_config(run.config, run.vocab_size)  # pylint: disable=protected-access
+  except (ValueError, hf_convert.ConversionError) as e:
+    raise FinetuneError(f'init={workdir!r}: {e}') from e
+  params = jax.tree.map(np.asarray, _encoder_params(run.params, run.config,
+                                                    model_cfg))
+  return Pretrained(workdir, run.step, run.config.objective.name,
+                    dataclasses.replace(model_cfg, scan_layers=False,
+                                        sbo_positions=0),
+                    params, tokenizer_lib.Tokenizer.load(run.tokenizer_path))
+
+
+def downstream_config(cfg, pretrained: Pretrained):
+  """The encoder's config for fine-tuning with ``cfg``."""
+  m = cfg.model
+  model = pretrained.model
+  return dataclasses.replace(
+      model, hidden_dropout_rate=m.hidden_dropout_rate,
+      attention_dropout_rate=m.attention_dropout_rate,
+      dtype=jnp.dtype(m.dtype) if m.dtype else model.dtype,
+      adapter_size=cfg.adapter_size if cfg.mode == 'adapters' else 0)
+
+
+# ---------------------------------------------------------------------------
+# Which parameters train.
+
+
+def is_trainable(path: tuple[str, ...], cfg) -> bool:
+  """Whether the parameter at ``path`` (keys) trains in ``cfg.mode``
+  (gradual unfreezing: ever)."""
+  if cfg.mode in ('full', 'gradual_unfreeze') or path[0] in heads.HEAD:
+    return True
+  if cfg.mode == 'adapters':
+    return any(k.endswith('_adapter') for k in path) or (
+        cfg.adapter_layer_norms and any(k.endswith(('_norm', 'layer_norm'))
+                                        for k in path))
+  return False
+
+
+def split(params: dict, cfg) -> tuple[dict, dict]:
+  """(trainable, frozen): two nested dicts that ``merge`` puts back."""
+  flat = flax.traverse_util.flatten_dict(params)
+  trainable = {k: v for k, v in flat.items() if is_trainable(k, cfg)}
+  frozen = {k: v for k, v in flat.items() if k not in trainable}
+  return (flax.traverse_util.unflatten_dict(trainable),
+          flax.traverse_util.unflatten_dict(frozen))
+
+
+def merge(trainable: dict, frozen: dict) -> dict:
+  flat = flax.traverse_util.flatten_dict(frozen)
+  flat.update(flax.traverse_util.flatten_dict(trainable))
+  return flax.traverse_util.unflatten_dict(flat)
+
+
+def unfreeze_depth(path: tuple[str, ...], model_cfg) -> int:
+  """Gradual unfreezing's order: the head is ``num_layers + 1``, layer i
+  (1-based) is i (a shared group: its top-most layer), the embeddings 0."""
+  top = model_cfg.num_layers + 1
+  if path[0] == 'embeddings':
+    return 0
+  if path[0].startswith('layer_'):
+    group = int(path[0].split('_')[1])
+    return 1 + max(i for i in range(model_cfg.num_layers)
+                   if model_cfg.layer_group(i) == group)
+  return top
+
+
+# ---------------------------------------------------------------------------
+# Data: the task, encoded once, batched as a function of (seed, step).
+
+
+def load_task(cfg) -> downstream.Task:
+  t = cfg.task
+  if t.name == 'embedded':
+    return downstream.embedded_task(t.examples_per_class, cfg.seed)
+  if t.name == 'files':
+    return downstream.load_files(
+        t.kind, t.train_path, t.eval_path, text_field=t.text_field,
+        pair_field=t.pair_field, label_field=t.label_field,
+        words_field=t.words_field, labels_field=t.labels_field,
+        label_names=tuple(t.label_names))
+  return downstream.load_tfds(t.name, t.tfds_data_dir or None)
+
+
+def _encode(cfg, task, examples, tokenizer) -> dict:
+  return downstream.encode(task.kind, examples, tokenizer,
+                           cfg.max_seq_length, doc_stride=cfg.doc_stride,
+                           max_query_length=cfg.max_query_length)
+
+
+def batch_rows(seed: int, step: int, num_rows: int, batch_size: int
+               ) -> np.ndarray:
+  """The rows of training batch ``step``: epoch e = step // steps_per_epoch
+  reads a permutation drawn from (seed, e); a partial last batch is left
+  out (every batch is full, as google-research/bert's drop_remainder)."""
+  per_epoch = num_rows // batch_size
+  epoch, index = divmod(step, per_epoch)
+  order = np.random.default_rng([seed, _ORDER_KEY, epoch]).permutation(
+      num_rows)
+  return order[index * batch_size:(index + 1) * batch_size]
+
+
+# ---------------------------------------------------------------------------
+# Losses and predictions.
+
+
+def _cross_entropy(logits, labels, weights):
+  """Weighted mean of softmax cross-entropy; ``labels`` int, any shape."""
+  losses = optax.softmax_cross_entropy_with_integer_labels(
+      logits, jnp.maximum(labels, 0))
+  return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def task_loss(kind: str, logits, batch) -> jax.Array:
+  """The task's training loss (float32 scalar) from the head's logits."""
+  if kind == 'classification':
+    return _cross_entropy(logits, batch['label'],
+                          jnp.ones(logits.shape[0], jnp.float32))
+  if kind == 'regression':
+    return jnp.mean((logits[:, 0] - batch['label']) ** 2)
+  if kind == 'token':
+    labels = batch['labels']
+    return _cross_entropy(logits, labels, (labels >= 0).astype(jnp.float32))
+  # span: mean of the start and end losses, over the real tokens only.
+  padding = (batch['attention_mask'] == 0)[..., None]
+  logits = jnp.where(padding, -1e9, logits)
+  ones = jnp.ones(logits.shape[0], jnp.float32)
+  return 0.5 * (_cross_entropy(logits[..., 0], batch['start_positions'], ones)
+                + _cross_entropy(logits[..., 1], batch['end_positions'], ones))
+
+
+def evaluate_task(task: downstream.Task, logits: np.ndarray, features: dict,
+                  cfg) -> dict[str, float]:
+  """The task's metrics from the eval set's logits (host numpy)."""
+  if task.kind == 'classification':
+    return downstream.evaluate(task, logits.argmax(-1), features['label'])
+  if task.kind == 'regression':
+    return downstream.evaluate(task, logits[:, 0], features['label'])
+  if task.kind == 'token':
+    return downstream.evaluate(task, logits.argmax(-1), features['labels'])
+  answers = downstream.span_predictions(
+      logits[..., 0], logits[..., 1], features, task.eval,
+      cfg.max_answer_length)
+  return downstream.evaluate(task, answers, task.eval)
+
+
+# ---------------------------------------------------------------------------
+# The run.
+
+
+def _say(text: str) -> None:
+  if jax.process_index() == 0:
+    print(text, flush=True)
+
+
+def _identity(cfg) -> dict:
+  return {name: train_lib._section(cfg, name) for name in _IDENTITY}  # pylint: disable=protected-access
+
+
+def _check_resume(workdir: str, cfg) -> None:
+  path = os.path.join(workdir, _META)
+  if not os.path.isfile(path):
+    return
+  with open(path) as f:
+    saved = json.load(f)['identity']
+  ours = json.loads(json.dumps(_identity(cfg)))
+  changed = sorted(k for k in ours if saved.get(k) != ours[k])
+  if changed:
+    raise FinetuneError(
+        f'{workdir!r} holds a fine-tuning run with other settings of '
+        f'{changed}; use a new --workdir (or the same settings to resume).')
+
+
+def _place(value: np.ndarray, leaf: jax.ShapeDtypeStruct) -> jax.Array:
+  """A host array onto ``leaf``'s sharding (each device takes its shard)."""
+  if value.shape != leaf.shape:
+    raise FinetuneError(f'a pretrained parameter has shape {value.shape}, '
+                        f'the model {leaf.shape}.')
+  value = value.astype(leaf.dtype)
+  return jax.make_array_from_callback(leaf.shape, leaf.sharding,
+                                      lambda index: value[index])
+
+
+def finetune(cfg, workdir: str) -> dict:
+  """Fine-tunes per ``cfg`` in ``workdir`` (resuming if possible); returns
+  ``downstream.json``'s content: ``metrics`` (the task's, held out),
+  ``headline`` (the first metric's name) and what was trained."""
+  # ---- Checks that read no data and write nothing.
+  validate(cfg)
+  _check_resume(workdir, cfg)
+  pretrained = load_pretrained(cfg.init, cfg.init_step)
+  model_cfg = downstream_config(cfg, pretrained)
+  is_main = jax.process_index() == 0
+
+  # ---- Task, encoded with the pretrained run's tokenizer.
+  try:
+    task = load_task(cfg)
+  except downstream.TaskError as e:
+    raise FinetuneError(f'task: {e}') from e
+  train_data = _encode(cfg, task, task.train, pretrained.tokenizer)
+  eval_data = _encode(cfg, task, task.eval, pretrained.tokenizer)
+  num_rows = len(train_data['input_ids'])
+  if num_rows < cfg.batch_size:
+    raise FinetuneError(f'the task has {num_rows} training rows, fewer than '
+                        f'batch_size={cfg.batch_size}: lower batch_size.')
+  if cfg.max_seq_length > model_cfg.max_position_embeddings:
+    raise FinetuneError(
+        f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
+        f'{model_cfg.max_position_embeddings} positions.')
+  steps_per_epoch = num_rows // cfg.batch_size
+  total_steps = max(1, math.ceil(cfg.num_epochs * steps_per_epoch))
+  unfreeze_every = cfg.unfreeze_every_steps or steps_per_epoch
+  features = _INPUTS + _LABELS[task.kind]
+  _say(f'task {task.name} ({task.kind}, {task.num_labels} labels): '
+       f'{len(task.train)} train / {len(task.eval)} eval examples, '
+       f'{num_rows} train rows of {cfg.max_seq_length} tokens; '
+       f'{total_steps} steps of {cfg.batch_size}; mode {cfg.mode}; '
+       f'{cfg.init_weights} weights from {cfg.init} step {pretrained.step}')
+
+  # ---- Mesh.
+  mesh = sharding.make_mesh(cfg.sharding.mesh_shape, cfg.sharding.replicas)
+  rules = sharding.logical_rules(cfg)
+  batch_sh = sharding.batch_sharding(mesh)
+  sharding.check_batch_divisible(cfg.batch_size, mesh)
+  rows = sharding.process_batch_rows(batch_sh, cfg.batch_size)
+
+  # ---- Model and optimizer (on the trainable parameters only).
+  model = heads.DownstreamModel(model_cfg, task.kind, task.num_labels,
+                                layer_mix=cfg.mode == 'weighted_layers')
+  schedule_cfg = ml_collections.ConfigDict({
+      'total_steps': total_steps,
+      'optimizer': dict(cfg.optimizer.to_dict(), warmup_steps=round(
+          cfg.optimizer.warmup_proportion * total_steps))})
+  tx, schedule = optim.make_optimizer(schedule_cfg)
+  root_key = jax.random.key(cfg.seed)
+  dropout_root = jax.random.fold_in(root_key, _DROPOUT_KEY)
+  length = cfg.max_seq_length
+
+  def init_state():
+    dummy = jnp.zeros((1, length), jnp.int32)
+    params = model.init(jax.random.fold_in(root_key, _INIT_KEY), dummy,
+                        dummy, dummy + 1)['params']
+    trainable, _ = split(params, cfg)
+    return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                opt_state=tx.init(trainable))
+
+  def unfrozen(path, step):
+    """1.0 where gradual unfreezing has reached ``path`` at ``step``."""
+    depth = unfreeze_depth(path, model_cfg)
+    top = model_cfg.num_layers + 1
+    return (depth >= top - step // unfreeze_every).astype(jnp.float32)
+
+  def gate(tree, step):
+    if cfg.mode != 'gradual_unfreeze':
+      return tree
+    return flax.traverse_util.unflatten_dict({
+        k: v * unfrozen(k, step).astype(v.dtype)
+        for k, v in flax.traverse_util.flatten_dict(tree).items()})
+
+  def train_step(state, batch):
+    trainable, frozen = split(state.params, cfg)
+    key = jax.random.fold_in(dropout_root, state.step)
+
+    def loss_fn(trainable):
+      logits = model.apply({'params': merge(trainable, frozen)},
+                           batch['input_ids'], batch['token_type_ids'],
+                           batch['attention_mask'], deterministic=False,
+                           rngs={'dropout': key})
+      return task_loss(task.kind, logits, batch)
+
+    loss, grads = jax.value_and_grad(loss_fn)(trainable)
+    grads = gate(grads, state.step)
+    updates, opt_state = tx.update(grads, state.opt_state, trainable)
+    # Gated parameters take no step at all (no weight decay either).
+    trainable = optax.apply_updates(trainable, gate(updates, state.step))
+    metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
+               'learning_rate': schedule(state.step)}
+    return train_lib.TrainState(state.step + 1, merge(trainable, frozen),
+                                opt_state), metrics
+
+  def predict(params, batch):
+    return model.apply({'params': params}, batch['input_ids'],
+                       batch['token_type_ids'], batch['attention_mask'])
+
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    abstract_state, state_sh = sharding.state_shardings(init_state, mesh,
+                                                        rules)
+    sharding.check_divisible(abstract_state, mesh)
+    abstract_batch = {
+        k: jax.ShapeDtypeStruct((cfg.batch_size,) + train_data[k].shape[1:],
+                                train_data[k].dtype, sharding=batch_sh)
+        for k in features}
+    step_fn = jax.jit(train_step, in_shardings=(state_sh, batch_sh),
+                      out_shardings=(state_sh, sharding.replicated(mesh)),
+                      donate_argnums=0).lower(abstract_state,
+                                              abstract_batch).compile()
+    predict_fn = jax.jit(predict, in_shardings=(state_sh.params, batch_sh),
+                         out_shardings=sharding.replicated(mesh))
+
+    def to_global(data: dict, row_ids: np.ndarray, keys) -> dict:
+      return sharding.make_global_batch(
+          {k: data[k][row_ids[rows]] for k in keys}, batch_sh,
+          cfg.batch_size)
+
+    def evaluate(params) -> dict[str, float]:
+      """The task's metrics on the whole eval set (the last batch padded
+      with repeats of row 0, whose outputs are dropped)."""
+      n = len(eval_data['input_ids'])
+      outputs = []
+      for start in range(0, n, cfg.batch_size):
+        row_ids = np.arange(start, start + cfg.batch_size)
+        row_ids = np.where(row_ids < n, row_ids, 0)
+        outputs.append(np.asarray(jax.device_get(
+            predict_fn(params, to_global(eval_data, row_ids, _INPUTS)))))
+      logits = np.concatenate(outputs)[:n]
+      return evaluate_task(task, logits, eval_data, cfg)
+
+    # ---- Load checkpoint, or initialize from the pretrained encoder.
+    os.makedirs(workdir, exist_ok=True)
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
+        cfg.keep_checkpoints)
+    latest = ckpt.latest_step()
+    if latest is not None:
+      state = ckpt.restore(latest, abstract_state, None)
+      _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+    else:
+      state = sharding.create_sharded(init_state, state_sh)
+      if cfg.init_weights == 'pretrained':
+        state = state.replace(params=_load_encoder(
+            state.params, abstract_state.params, pretrained.params))
+    if is_main:
+      train_lib._write_json_atomic(os.path.join(workdir, _META), {  # pylint: disable=protected-access
+          'identity': _identity(cfg), 'config': cfg.to_dict()})
+    step = int(jax.device_get(state.step))
+    sizes = {k: int(np.prod(v.shape)) for k, v in
+             flax.traverse_util.flatten_dict(abstract_state.params).items()}
+    trained = sum(n for k, n in sizes.items() if is_trainable(k, cfg))
+    _say(f'{trained:,} of {sum(sizes.values()):,} parameters train')
+
+    # ---- Train loop.
+    writer = metric_writers.MetricWriter(workdir, total_steps, step,
+                                         enabled=is_main)
+    t_last = time.time()
+    while step < total_steps:
+      row_ids = batch_rows(cfg.seed, step, num_rows, cfg.batch_size)
+      state, metrics = step_fn(state, to_global(train_data, row_ids,
+                                                features))
+      step += 1
+      writer.advance(step)
+      last = step == total_steps
+      if step % cfg.log_every_steps == 0 or last:
+        metrics = jax.device_get(metrics)
+        if not np.isfinite(metrics['loss']):
+          raise FloatingPointError(
+              f'fine-tuning loss is {metrics["loss"]} at step {step}; lower '
+              'optimizer.learning_rate.')
+        entry = {k: float(v) for k, v in metrics.items()}
+        now = time.time()
+        entry['steps_per_second'] = cfg.log_every_steps / max(now - t_last,
+                                                              1e-9)
+        t_last = now
+        if last or (cfg.eval_every_steps and
+                    step % cfg.eval_every_steps == 0):
+          entry.update({f'eval_{k}': v for k, v in
+                        evaluate(state.params).items()})
+        writer.write(step, entry)
+      ckpt.save(step, state, force=last)
+    ckpt.wait()
+    ckpt.close()
+    final = evaluate(state.params)
+
+  result = {'task': task.name, 'kind': task.kind, 'mode': cfg.mode,
+            'init': os.path.abspath(cfg.init), 'init_step': pretrained.step,
+            'init_weights': cfg.init_weights, 'steps': total_steps,
+            'headline': task.metrics[0], 'metrics': final,
+            'trainable_parameters': trained,
+            'parameters': sum(sizes.values())}
+  if is_main:
+    train_lib._write_json_atomic(os.path.join(workdir, RESULT), result)  # pylint: disable=protected-access
+  writer.message(f'{task.name}: ' + ', '.join(
+      f'{k} {v:.4f}' for k, v in final.items()))
+  writer.close()
+  return result
+
+
+def _load_encoder(params: dict, abstract: dict, encoder: dict) -> dict:
+  """``params`` with the pretrained encoder's trees put in (and the head's
+  pooler where the run has one); every pretrained tree must fit."""
+  flat = flax.traverse_util.flatten_dict(params)
+  shapes = flax.traverse_util.flatten_dict(abstract)
+  for key, value in flax.traverse_util.flatten_dict(encoder).items():
+    if key[0] in heads.HEAD and key not in flat:
+      continue   # The pretrained pooler, under a head that has none.
+    if key not in flat:
+      raise FinetuneError(f'the model has no place for the pretrained '
+                          f'{"/".join(key)}.')
+    flat[key] = _place(value, shapes[key])
+  return flax.traverse_util.unflatten_dict(flat)

@@ -1,0 +1,90 @@
+"""Downstream models: the BERT encoder under a task head, in Flax Linen.
+
+The encoder's parameters sit at the top level under the names
+``BertForPreTraining`` gives them (``embeddings``, ``layer_{g}``), so a
+pretrained run's encoder loads by copying those trees. Heads, as in
+Devlin et al. (2019), Sec. 4 and google-research/bert:
+
+- ``classification`` / ``regression``: the [CLS] state through a pooler
+  (Dense + tanh; taken from the pretrained pooler where the run has one),
+  dropout, and a linear layer to ``num_labels`` logits (1 for regression).
+- ``token``: dropout and a linear layer on every token's state (labels sit
+  on each word's first sub-token).
+- ``span``: start and end vectors S, E: a token's start (end) logit is its
+  state's dot product with S (E), one linear layer of 2 outputs.
+
+With ``layer_mix`` the head reads a learned weighted sum of every layer's
+output (the embeddings' included), gamma * sum_j softmax(w)_j h_j, as
+ELMo's scalar mix (Peters et al., 2018) and BERT's feature-based
+experiments (Sec. 5.3) use the layers of a frozen network.
+
+Logical names: the encoder's, plus ``classes`` for the head outputs.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bertjax.models import bert as bert_lib
+
+KINDS = ('classification', 'regression', 'token', 'span')
+# Top-level parameter trees that belong to the head (all else is encoder).
+HEAD = ('layer_mix', 'pooler', 'classifier')
+
+
+class ScalarMix(nn.Module):
+  """gamma * sum_j softmax(w)_j h_j over a list of [B, L, D] states."""
+
+  @nn.compact
+  def __call__(self, states):
+    weights = self.param('weights', nn.initializers.zeros_init(),
+                         (len(states),), jnp.float32)
+    gamma = self.param('gamma', nn.initializers.ones_init(), (), jnp.float32)
+    mix = jax.nn.softmax(weights)
+    out = sum(w.astype(h.dtype) * h for w, h in zip(mix, states))
+    return gamma.astype(out.dtype) * out
+
+
+class DownstreamModel(nn.Module):
+  """Encoder + task head. Inputs ``[B, L]`` int arrays; returns float32
+  logits: [B, num_labels] (classification, regression), [B, L, num_labels]
+  (token) or [B, L, 2] (span: start, end)."""
+  cfg: bert_lib.BertConfig
+  kind: str
+  num_labels: int
+  layer_mix: bool = False
+
+  def setup(self):
+    if self.kind not in KINDS:
+      raise ValueError(f'task kind {self.kind!r}; use one of {KINDS}.')
+    cfg = self.cfg
+    self.embeddings = bert_lib.Embeddings(cfg)
+    self.layers = bert_lib.encoder_layers(cfg)
+    if self.layer_mix:
+      self.mix = ScalarMix(name='layer_mix')
+    if self.kind in ('classification', 'regression'):
+      self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
+                             param_dtype=cfg.param_dtype,
+                             kernel_init=bert_lib._init(cfg, ('embed', 'mlp')),
+                             bias_init=bert_lib._zeros(('mlp',)))
+    outputs = 2 if self.kind == 'span' else self.num_labels
+    self.classifier = nn.Dense(
+        outputs, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+        kernel_init=bert_lib._init(cfg, ('embed', 'classes')),
+        bias_init=bert_lib._zeros(('classes',)))
+    self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
+
+  def __call__(self, input_ids, token_type_ids, attention_mask,
+               deterministic: bool = True):
+    cfg = self.cfg
+    x = self.embeddings(input_ids, token_type_ids, deterministic)
+    x = bert_lib.run_layers(cfg, self.layers, x, input_ids, attention_mask,
+                            deterministic, all_layers=self.layer_mix)
+    if self.layer_mix:
+      x = self.mix(x)
+    if self.kind in ('classification', 'regression'):
+      x = jnp.tanh(self.pooler(x[:, 0]))
+    logits = self.classifier(self.dropout(x, deterministic=deterministic))
+    return logits.astype(jnp.float32)

@@ -1,0 +1,351 @@
+"""Fine-tuning: what trains in each mode, frozen weights stay bitwise, the
+encoder loads from every objective, losses match references."""
+
+import json
+import os
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from bertjax import finetune
+from bertjax.models import bert as bert_lib
+from bertjax.models import heads
+
+SMALL = bert_lib.BertConfig(vocab_size=128, hidden_size=16, num_layers=3,
+                            num_heads=2, intermediate_size=32,
+                            max_position_embeddings=32)
+
+
+def _params(cfg=SMALL, kind='classification', layer_mix=False):
+  model = heads.DownstreamModel(cfg, kind, 3, layer_mix=layer_mix)
+  ids = jnp.ones((1, 8), jnp.int32)
+  return model, jax.tree.map(np.asarray, nn.unbox(model.init(
+      jax.random.key(0), ids, ids * 0, ids)['params']))
+
+
+def _config(mode, **fields):
+  cfg = finetune.base_config()
+  cfg.mode = mode
+  for key, value in fields.items():
+    cfg[key] = value
+  return cfg
+
+
+def _trainable_names(params, cfg):
+  return sorted('/'.join(k) for k in flax.traverse_util.flatten_dict(params)
+                if finetune.is_trainable(k, cfg))
+
+
+def test_encoder_names_are_pretrainings():
+  """The downstream encoder's trees are BertForPreTraining's, leaf for leaf,
+  so a pretrained encoder loads by copying them."""
+  ids = jnp.ones((1, 8), jnp.int32)
+  pretraining = nn.unbox(bert_lib.BertForPreTraining(SMALL).init(
+      jax.random.key(0), ids, ids * 0, ids, jnp.zeros((1, 2), jnp.int32)
+  )['params'])
+  _, params = _params()
+  ours = {k: v.shape for k, v in flax.traverse_util.flatten_dict(
+      params).items() if k[0] not in heads.HEAD}
+  theirs = {k: np.shape(v) for k, v in flax.traverse_util.flatten_dict(
+      pretraining).items()
+            if k[0] == 'embeddings' or k[0].startswith('layer_')}
+  assert ours == theirs
+
+
+def test_trainable_parameters_per_mode():
+  _, params = _params()
+  everything = _trainable_names(params, _config('full'))
+  head = ['classifier/bias', 'classifier/kernel', 'pooler/bias',
+          'pooler/kernel']
+  assert len(everything) == len(flax.traverse_util.flatten_dict(params))
+  assert _trainable_names(params, _config('frozen')) == head
+  assert _trainable_names(params, _config('gradual_unfreeze')) == everything
+  adapter_cfg = bert_lib.BertConfig(**{**SMALL.__dict__, 'adapter_size': 4})
+  _, adapted = _params(adapter_cfg)
+  names = _trainable_names(adapted, _config('adapters'))
+  adapters = [n for n in names if n not in head]
+  # Two adapters (down, up: kernel and bias each) in each of 3 layers.
+  assert len(adapters) == 3 * 2 * 4
+  assert all('_adapter/' in n for n in adapters)
+  with_norms = _trainable_names(adapted, _config(
+      'adapters', adapter_layer_norms=True))
+  norms = sorted(set(with_norms) - set(names))
+  # Embedding norm + two per layer, scale and bias each.
+  assert len(norms) == (1 + 2 * 3) * 2 and all('norm' in n for n in norms)
+  _, mixed = _params(layer_mix=True)
+  assert _trainable_names(mixed, _config('weighted_layers')) == sorted(
+      head + ['layer_mix/gamma', 'layer_mix/weights'])
+
+
+def test_split_and_merge_round_trip():
+  _, params = _params()
+  trainable, frozen = finetune.split(params, _config('frozen'))
+  assert set(trainable) == {'pooler', 'classifier'}
+  merged = finetune.merge(trainable, frozen)
+  assert jax.tree.structure(merged) == jax.tree.structure(params)
+  for a, b in zip(jax.tree.leaves(merged), jax.tree.leaves(params)):
+    assert a is b
+
+
+def test_unfreeze_depth_goes_top_down_and_shares_groups():
+  _, params = _params()
+  depths = {k[0]: finetune.unfreeze_depth(k, SMALL)
+            for k in flax.traverse_util.flatten_dict(params)}
+  assert depths == {'classifier': 4, 'pooler': 4, 'layer_2': 3,
+                    'layer_1': 2, 'layer_0': 1, 'embeddings': 0}
+  # ALBERT-style: 3 layers in one shared group unfreeze with the top layer.
+  shared = bert_lib.BertConfig(**{**SMALL.__dict__, 'num_layer_groups': 1})
+  assert finetune.unfreeze_depth(('layer_0', 'x'), shared) == 3
+
+
+def test_layer_mix_starts_as_the_mean_of_every_layer():
+  model, params = _params(kind='token', layer_mix=True)
+  ids = jnp.asarray(np.random.default_rng(0).integers(5, 128, (2, 8)))
+  mask = jnp.ones_like(ids)
+  logits = model.apply({'params': params}, ids, ids * 0, mask)
+  states = model.apply({'params': params}, ids, ids * 0, mask,
+                       method=lambda m, *a: bert_lib.run_layers(
+                           m.cfg, m.layers, m.embeddings(a[0], a[1], True),
+                           a[0], a[2], True, all_layers=True))
+  assert len(states) == SMALL.num_layers + 1
+  mean = sum(states) / len(states)
+  c = params['classifier']
+  np.testing.assert_allclose(logits, mean @ c['kernel'] + c['bias'],
+                             rtol=0, atol=1e-5)
+
+
+def test_adapters_start_near_identity():
+  """Adapters (std 1e-3 weights) barely move a pretrained network at init;
+  with their up-projection zeroed they are the identity exactly."""
+  adapter_cfg = bert_lib.BertConfig(**{**SMALL.__dict__, 'adapter_size': 4})
+  model, params = _params()
+  adapted_model, adapted = _params(adapter_cfg)
+  flat = flax.traverse_util.flatten_dict(adapted)
+  base = flax.traverse_util.flatten_dict(params)
+  for k in flat:
+    if k in base:
+      flat[k] = base[k]
+  ids = jnp.asarray(np.random.default_rng(1).integers(5, 128, (2, 8)))
+  mask = jnp.ones_like(ids)
+  plain = model.apply({'params': params}, ids, ids * 0, mask)
+  near = adapted_model.apply(
+      {'params': flax.traverse_util.unflatten_dict(flat)}, ids, ids * 0, mask)
+  assert 0 < float(jnp.abs(near - plain).max()) < 1e-2
+  for k in flat:
+    if k[-2] == 'up':
+      flat[k] = np.zeros_like(flat[k])
+  exact = adapted_model.apply(
+      {'params': flax.traverse_util.unflatten_dict(flat)}, ids, ids * 0, mask)
+  np.testing.assert_array_equal(exact, plain)
+
+
+def test_batch_rows_visit_every_row_once_per_epoch():
+  epoch = [finetune.batch_rows(7, s, 103, 10) for s in range(10)]
+  rows = np.concatenate(epoch)
+  assert len(set(rows.tolist())) == 100   # 3 rows left out, drop_remainder.
+  again = np.concatenate([finetune.batch_rows(7, s, 103, 10)
+                          for s in range(10)])
+  np.testing.assert_array_equal(rows, again)
+  second = np.concatenate([finetune.batch_rows(7, s, 103, 10)
+                           for s in range(10, 20)])
+  assert not np.array_equal(rows, second)
+  assert not np.array_equal(rows, np.concatenate(
+      [finetune.batch_rows(8, s, 103, 10) for s in range(10)]))
+
+
+def _log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def test_task_losses_match_references():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(4, 3)).astype(np.float32)
+  label = np.array([0, 2, 1, 2])
+  np.testing.assert_allclose(
+      finetune.task_loss('classification', logits, {'label': label}),
+      -_log_softmax(logits)[np.arange(4), label].mean(), rtol=1e-6)
+  target = rng.normal(size=4).astype(np.float32)
+  np.testing.assert_allclose(
+      finetune.task_loss('regression', logits, {'label': target}),
+      ((logits[:, 0] - target) ** 2).mean(), rtol=1e-6)
+  token_logits = rng.normal(size=(2, 5, 3)).astype(np.float32)
+  labels = np.array([[-1, 0, 2, -1, -1], [-1, 1, -1, -1, -1]])
+  real = labels >= 0
+  expected = -_log_softmax(token_logits)[real, labels[real]].mean()
+  np.testing.assert_allclose(
+      finetune.task_loss('token', token_logits, {'labels': labels}),
+      expected, rtol=1e-6)
+  span_logits = rng.normal(size=(2, 5, 2)).astype(np.float32)
+  mask = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+  start, end = np.array([1, 2]), np.array([3, 2])
+  masked = np.where(mask[..., None] == 1, span_logits, -1e9)
+  expected = 0.5 * (-_log_softmax(masked[..., 0])[[0, 1], start].mean()
+                    - _log_softmax(masked[..., 1])[[0, 1], end].mean())
+  np.testing.assert_allclose(
+      finetune.task_loss('span', span_logits, {
+          'attention_mask': mask, 'start_positions': start,
+          'end_positions': end}), expected, rtol=1e-6)
+
+
+def test_bad_config_fails_before_any_work(tmp_path):
+  cfg = _config('sideways')
+  cfg.init = str(tmp_path / 'nothing')
+  cfg.task.name = 'files'
+  with pytest.raises(finetune.FinetuneError) as e:
+    finetune.finetune(cfg, str(tmp_path / 'out'))
+  message = str(e.value)
+  for part in ('mode=\'sideways\'', 'task.kind', 'holds no checkpoint'):
+    assert part in message
+  assert not (tmp_path / 'out').exists()
+
+
+# ---------------------------------------------------------------------------
+# End to end: a tiny pretrained run, fine-tuned on small file tasks.
+
+_WORDS = ('alpha', 'beta', 'gamma', 'delta', 'module', 'function', 'class',
+          'returns', 'string', 'number', 'file', 'object')
+
+
+def _write_tasks(directory):
+  """A classification task (does the text mention 'file'?) and a token task
+  (tag each word by its first letter's place in the alphabet, 3 tags)."""
+  rng = np.random.default_rng(0)
+  paths = {}
+  for split, n in (('train', 64), ('eval', 24)):
+    texts = [' '.join(rng.choice(_WORDS, 6)) for _ in range(n)]
+    path = directory / f'cls_{split}.jsonl'
+    path.write_text(''.join(json.dumps(
+        {'text': t, 'label': 'yes' if 'file' in t else 'no'}) + '\n'
+                            for t in texts))
+    paths[f'cls_{split}'] = str(path)
+    path = directory / f'tok_{split}.jsonl'
+    path.write_text(''.join(json.dumps(
+        {'words': t.split(), 'labels': [
+            'A' if w < 'f' else 'M' if w < 'n' else 'Z' for w in t.split()]})
+                            + '\n' for t in texts))
+    paths[f'tok_{split}'] = str(path)
+  return paths
+
+
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory):
+  import test_hf_convert  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('pretrained')
+  return test_hf_convert._train_tiny(root / 'run', root / 'data')  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope='module')
+def tasks(tmp_path_factory):
+  return _write_tasks(tmp_path_factory.mktemp('tasks'))
+
+
+def _run(pretrained, tasks, workdir, mode, kind='classification', **fields):
+  cfg = finetune.base_config()
+  cfg.init = pretrained
+  cfg.mode = mode
+  cfg.task.name = 'files'
+  cfg.task.kind = kind
+  prefix = 'cls' if kind == 'classification' else 'tok'
+  cfg.task.train_path = tasks[f'{prefix}_train']
+  cfg.task.eval_path = tasks[f'{prefix}_eval']
+  cfg.max_seq_length = 16
+  cfg.batch_size = 8
+  cfg.num_epochs = 1.0
+  cfg.adapter_size = 4
+  cfg.optimizer.learning_rate = 1e-3
+  cfg.log_every_steps = 4
+  cfg.checkpoint_every_steps = 4
+  for key, value in fields.items():
+    *parents, leaf = key.split('.')
+    section = cfg
+    for part in parents:
+      section = section[part]
+    section[leaf] = value
+  return finetune.finetune(cfg, str(workdir))
+
+
+def _final_params(workdir):
+  directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+  with ocp.CheckpointManager(
+      directory,
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    state = manager.restore(manager.latest_step(), args=ocp.args.Composite(
+        state=ocp.args.StandardRestore()))['state']
+  return {k: np.asarray(v) for k, v in
+          flax.traverse_util.flatten_dict(state['params']).items()}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize('mode', ['frozen', 'adapters', 'weighted_layers'])
+def test_fixed_encoder_weights_stay_bitwise(pretrained, tasks, tmp_path,
+                                            mode):
+  result = _run(pretrained, tasks, tmp_path / mode, mode)
+  assert result['steps'] == 8 and set(result['metrics']) >= {'accuracy'}
+  encoder = flax.traverse_util.flatten_dict(
+      finetune.load_pretrained(pretrained).params)
+  final = _final_params(tmp_path / mode)
+  cfg = _config(mode)
+  moved = []
+  for key, value in final.items():
+    if key in encoder and not finetune.is_trainable(key, cfg):
+      assert value.tobytes() == encoder[key].tobytes(), key
+    if finetune.is_trainable(key, cfg):
+      moved.append(key)
+  assert moved and all(k[0] in heads.HEAD or k[1].endswith('_adapter')
+                       for k in moved)
+  assert result['trainable_parameters'] == sum(
+      final[k].size for k in moved)
+
+
+@pytest.mark.e2e
+def test_full_and_gradual_unfreezing(pretrained, tasks, tmp_path):
+  """Full fine-tuning moves every encoder weight; gradual unfreezing with a
+  layer per 3 steps, over 8 steps, reaches the top 2 of 2 layers (steps 3
+  and 6) but not the embeddings."""
+  encoder = flax.traverse_util.flatten_dict(
+      finetune.load_pretrained(pretrained).params)
+  _run(pretrained, tasks, tmp_path / 'full', 'full')
+  full = _final_params(tmp_path / 'full')
+  changed = {k for k, v in encoder.items()
+             if k in full and full[k].tobytes() != v.tobytes()}
+  assert {k[0] for k in changed} >= {'embeddings', 'layer_0', 'layer_1'}
+  _run(pretrained, tasks, tmp_path / 'gradual', 'gradual_unfreeze',
+       unfreeze_every_steps=3)
+  gradual = _final_params(tmp_path / 'gradual')
+  changed = {k[0] for k, v in encoder.items()
+             if k in gradual and gradual[k].tobytes() != v.tobytes()}
+  assert changed == {'layer_0', 'layer_1', 'pooler'}
+
+
+@pytest.mark.e2e
+def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks,
+                                                  tmp_path):
+  first = _run(pretrained, tasks, tmp_path / 'a', 'full')
+  again = _run(pretrained, tasks, tmp_path / 'a', 'full')   # Resumes at 8.
+  twin = _run(pretrained, tasks, tmp_path / 'b', 'full')
+  assert first['metrics'] == again['metrics'] == twin['metrics']
+  a, b = _final_params(tmp_path / 'a'), _final_params(tmp_path / 'b')
+  assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+  with pytest.raises(finetune.FinetuneError, match='other settings'):
+    _run(pretrained, tasks, tmp_path / 'a', 'frozen')
+
+
+@pytest.mark.e2e
+def test_token_task_and_random_weights(pretrained, tasks, tmp_path):
+  result = _run(pretrained, tasks, tmp_path / 'tok', 'full', kind='token')
+  assert result['kind'] == 'token'
+  assert 0 <= result['metrics'][result['headline']] <= 1
+  random = _run(pretrained, tasks, tmp_path / 'random', 'frozen',
+                init_weights='random')
+  encoder = flax.traverse_util.flatten_dict(
+      finetune.load_pretrained(pretrained).params)
+  final = _final_params(tmp_path / 'random')
+  assert all(final[k].tobytes() != v.tobytes() for k, v in encoder.items()
+             if k in final and v.std() > 0)
+  assert random['init_weights'] == 'random'
