@@ -31,6 +31,12 @@ setuptools.setup(
         'absl-py>=2,<3',
         # Hugging Face exports and imports (bertjax/hf_convert.py), no torch.
         'safetensors>=0.4,<1',
+        # The exported tokenizer.json (bertjax/hf_tokenizer.py); the
+        # SentencePiece model is read through its protobuf.
+        'tokenizers>=0.20,<1',
+        'protobuf>=4.21,<8',
+        # Pearson/Spearman of the downstream tasks (data_pipelines/downstream).
+        'scipy>=1.11,<2',
         'tqdm>=4.66,<5',
     ],
     extras_require={

@@ -76,7 +76,11 @@ def family_of(cfg) -> str:
     return 'distilbert'
   if cfg.model.num_layer_groups or cfg.model.embedding_size:
     return 'albert'
-  if cfg.objective.nsp_weight == 0 and cfg.data.layout == 'full_sentences':
+  # RoBERTa: no NSP, packed full sentences and fairseq's exact GELU. Other
+  # runs without NSP (SpanBERT's single segments, tanh GELU) are BERTs, as
+  # their papers released them.
+  if (cfg.objective.nsp_weight == 0 and cfg.data.layout == 'full_sentences'
+      and cfg.model.gelu == 'exact'):
     return 'roberta'
   return 'bert'
 
@@ -333,9 +337,18 @@ def _model_config(cfg, vocab_size: int):
   """The run's encoder config (the student's for distillation)."""
   padded = tokenizer_lib.padded_vocab_size(vocab_size)
   if cfg.objective.name == 'distillation':
+    # The student has its teacher's architecture (an imported student, with
+    # no teacher, carries it in cfg.model).
     from bertjax import distill  # pylint: disable=g-import-not-at-top
-    teacher_cfg = config_lib.model_config(cfg, padded)
-    return distill.student_config(cfg, teacher_cfg)
+    if not cfg.distillation.teacher_workdir:
+      return distill.student_config(cfg, config_lib.model_config(cfg, padded))
+    try:
+      teacher = distill.read_teacher(cfg).model
+    except distill.TeacherError as e:
+      raise ConversionError(
+          'a DistilBERT student has its teacher\'s architecture, read from '
+          f'the teacher\'s run: {e}') from e
+    return distill.student_config(cfg, teacher)
   model_cfg = config_lib.model_config(cfg, padded)
   if cfg.objective.name == 'electra':
     model_cfg = dataclasses.replace(model_cfg, gelu_approximate=False)
@@ -553,6 +566,10 @@ def _write_readme(directory: str, run, family: str, part, omitted) -> None:
       f'tokenizer\'s {run.vocab_size} ids (bertjax pads its tables to a '
       'multiple of 128 with rows no input reaches).',
   ]
+  if family == 'bert' and not run.config.objective.nsp_weight:
+    lines += ['', 'The pooler and the NSP head (`bert.pooler`, '
+              '`cls.seq_relationship`) are as initialized: the run trained '
+              'without NSP (`objective.nsp_weight=0`).']
   if family == 'roberta':
     lines += ['', 'Position ids start at pad_token_id + 1 = 1, as '
               "RoBERTa's do; row 0 of the position table is unused."]

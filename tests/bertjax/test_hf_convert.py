@@ -134,22 +134,26 @@ def _bertjax_logits(imported, ids, types, mask, part=None):
     params = params['student']
   if imported.family == 'roberta':   # RobertaForMaskedLM has neither.
     model_cfg = dataclasses.replace(model_cfg, with_pooler_nsp=False)
+  # SpanBERT's SBO head (not exported) needs span starts; any will do.
   out = bert_lib.BertForPreTraining(model_cfg).apply(
-      {'params': params}, *args, positions)
+      {'params': params}, *args, positions, positions)
   logits = {'logits': np.asarray(out['mlm_logits'])[..., :vocab]}
   if 'nsp_logits' in out and imported.family in ('bert', 'albert'):
     logits['nsp'] = np.asarray(out['nsp_logits'])
   return logits
 
 
-def _hf_logits(model, family, ids, types, mask):
+def _hf_logits(model, family, ids, types, mask, hidden=False):
+  """The heads' logits by name, or (``hidden``) the last hidden states."""
   inputs = {'input_ids': torch.tensor(ids),
             'attention_mask': torch.tensor(mask)}
   if family != 'distilbert':
     inputs['token_type_ids'] = torch.tensor(
         types if family != 'roberta' else np.zeros_like(types))
   with torch.no_grad():
-    out = model(**inputs)
+    out = model(**inputs, output_hidden_states=hidden)
+  if hidden:
+    return out.hidden_states[-1].numpy()
   if family in ('bert', 'albert'):
     return {'logits': out.prediction_logits.numpy(),
             'nsp': (out.seq_relationship_logits if family == 'bert'
@@ -273,3 +277,121 @@ def test_import_into_an_existing_directory_is_refused(saved, tmp_path):
     hf_convert.write_import(imported, None, str(tmp_path / 'taken'),
                             source='x')
   assert (tmp_path / 'taken' / 'keep.txt').read_text() == 'mine'
+
+
+# family -> (preset, arg, fields) of the tiny runs exported below.
+RUNS = {
+    'bert': ('spanbert', None, {}),   # Its SBO head is left out.
+    'roberta': ('roberta', 'size=base', {'data.max_seq_length': 32,
+                                         'masking.max_predictions_per_seq': 5,
+                                         'model.max_position_embeddings': 32,
+                                         'batch_size': 8}),
+    'albert': ('albert', 'size=base', {'model.embedding_size': 16,
+                                       'model.num_layers': 3}),
+    'electra': ('electra', 'size=small', {}),
+}
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory, data_dir):
+  """Tiny trained runs, by family; the distillation student's teacher is
+  the demo-style BERT run."""
+  root = tmp_path_factory.mktemp('runs')
+  out = {name: _train_tiny(root / name, data_dir, preset, arg, **fields)
+         for name, (preset, arg, fields) in RUNS.items()}
+  teacher = _train_tiny(root / 'teacher', data_dir)
+  out['distilbert'] = _train_tiny(
+      root / 'distilbert', data_dir, 'distilbert', None,
+      **{'distillation.teacher_workdir': teacher,
+         'distillation.student_layers': 1})
+  return out
+
+
+SENTENCES = ['The module provides a way of using operating system dependent '
+             'functionality.', 'Return the number of items in a container.',
+             '  Leading spaces,  doubled  spaces and digits 12345.']
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize('family', ['bert', 'roberta', 'albert', 'electra',
+                                    'distilbert'])
+def test_exported_run_loads_in_transformers_with_equal_logits(
+    runs, family, tmp_path):
+  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
+  from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  run = checkpoint.load_run(runs[family])
+  assert hf_convert.family_of(run.config) == family
+  out = str(tmp_path / 'exported')
+  written = hf_convert.export_run(runs[family], out)
+  parts = (('discriminator', 'generator') if family == 'electra'
+           else (None,))
+  assert written == [os.path.join(out, p) if p else out for p in parts]
+  ours_tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
+  imported = hf_convert.Imported(family, run.config, run.params,
+                                 run.vocab_size)
+  ids, types, mask = _batch()
+  ids = np.where(ids < run.vocab_size, ids, 7)
+  if family == 'roberta':
+    types = np.zeros_like(types)
+  for part, directory in zip(parts, written):
+    architecture = hf_convert.ARCHITECTURES[(family, part)]
+    model, info = getattr(transformers, architecture).from_pretrained(
+        directory, output_loading_info=True)
+    assert not info['missing_keys'] and not info['unexpected_keys'], info
+    model.eval()
+    ours = _bertjax_logits(imported, ids, types, mask, part)
+    theirs = _hf_logits(model, family, ids, types, mask)
+    real = mask.astype(bool)
+    for key in theirs:
+      a, b = ours[key], theirs[key]
+      if a.ndim >= 2 and a.shape[1] == LENGTH:
+        a, b = a[real], b[real]
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-4, err_msg=key)
+    if part != 'generator':   # The encoder fine-tuning starts from.
+      np.testing.assert_allclose(
+          _finetune_encoder_output(runs[family], ids, types, mask)[real],
+          _hf_logits(model, family, ids, types, mask, hidden=True)[real],
+          rtol=0, atol=1e-4)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    for a_text, b_text in zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1]):
+      a_ids, b_ids = (list(x) for x in ours_tokenizer.encode([a_text,
+                                                               b_text]))
+      assert tokenizer(a_text)['input_ids'] == [2] + a_ids + [3]
+      assert tokenizer(a_text, b_text)['input_ids'] == (
+          [2] + a_ids + [3] + b_ids + [3])
+    readme = open(os.path.join(directory, 'README.md')).read()
+    assert ('span boundary' in readme) == (family == 'bert')
+
+
+def _finetune_encoder_output(workdir, ids, types, mask):
+  """The last hidden states [B, L, D] of the encoder that fine-tuning
+  loads from ``workdir`` (bertjax.finetune.load_pretrained)."""
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from bertjax import finetune  # pylint: disable=g-import-not-at-top
+  from bertjax.models import heads  # pylint: disable=g-import-not-at-top
+  pretrained = finetune.load_pretrained(workdir)
+  model = heads.DownstreamModel(pretrained.model, 'token', 2)
+  ids, types, mask = (jnp.asarray(x) for x in (ids, types, mask))
+  params = dict(nn.unbox(model.init(jax.random.key(0), ids, types, mask)
+                         )['params'])
+  params.update(pretrained.params)
+  return np.asarray(model.apply(
+      {'params': params}, ids, types, mask,
+      method=lambda m, a, b, c: bert_lib.run_layers(
+          m.cfg, m.layers, m.embeddings(a, b, True), a, c, True)))
+
+
+def test_export_never_overwrites(runs, tmp_path):
+  (tmp_path / 'out').mkdir()
+  with pytest.raises(hf_convert.ConversionError, match='exists'):
+    hf_convert.export_run(runs['bert'], str(tmp_path / 'out'))
+
+
+def test_tanh_gelu_run_is_not_exported_as_roberta(runs, tmp_path):
+  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
+  cfg = checkpoint.load_run(runs['roberta']).config
+  cfg.model.gelu = 'tanh'
+  with pytest.raises(hf_convert.ConversionError, match="family 'bert'"):
+    hf_convert.check_family(cfg, 'roberta')
+  hf_convert.check_family(cfg, 'bert')
