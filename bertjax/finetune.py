@@ -66,8 +66,8 @@ _META = 'finetune_meta.json'
 _INIT_KEY, _DROPOUT_KEY, _ORDER_KEY = 1, 2, 3
 # The config sections a resumed fine-tuning run must share.
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'task', 'mode',
-             'adapter_size', 'adapter_layer_norms', 'max_seq_length',
-             'batch_size', 'model')
+             'pooling', 'adapter_size', 'adapter_layer_norms',
+             'max_seq_length', 'batch_size', 'model')
 # Batch features each kind trains on, besides the inputs.
 _INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
 _LABELS = {'classification': ('label',), 'regression': ('label',),
@@ -110,6 +110,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.max_query_length = 64
   c.max_answer_length = 30
   c.mode = 'full'                 # MODES
+  c.pooling = 'cls'               # cls | mean: what sentence-level heads
+                                  # read (mean: the real tokens' average).
   c.adapter_size = 64             # Houlsby et al.: 8, 64 or 256.
   c.adapter_layer_norms = False   # adapters: also train the LayerNorms.
   c.unfreeze_every_steps = 0      # gradual_unfreeze; 0 = one epoch.
@@ -153,6 +155,8 @@ def validate(cfg, check_init: bool = True) -> None:
         'training run, or experiments/import_hf.py\'s output); its tokenizer '
         'and architecture are used even with init_weights=random.')
   check(cfg.mode in MODES, f'mode={cfg.mode!r}; use one of {MODES}.')
+  check(cfg.pooling in heads.POOLING,
+        f'pooling={cfg.pooling!r}; use one of {heads.POOLING}.')
   check(cfg.init_weights in INIT_WEIGHTS,
         f'init_weights={cfg.init_weights!r}; use one of {INIT_WEIGHTS}.')
   check(cfg.adapter_size > 0 or cfg.mode != 'adapters',
@@ -451,7 +455,8 @@ def finetune(cfg, workdir: str) -> dict:
 
   # ---- Model and optimizer (on the trainable parameters only).
   model = heads.DownstreamModel(model_cfg, task.kind, task.num_labels,
-                                layer_mix=cfg.mode == 'weighted_layers')
+                                layer_mix=cfg.mode == 'weighted_layers',
+                                pooling=cfg.pooling)
   schedule_cfg = ml_collections.ConfigDict({
       'total_steps': total_steps,
       'optimizer': dict(cfg.optimizer.to_dict(), warmup_steps=round(

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from bertjax.models import bert as bert_lib
 
 KINDS = ('classification', 'regression', 'token', 'span')
+POOLING = ('cls', 'mean')
 # Top-level parameter trees that belong to the head (all else is encoder).
 HEAD = ('layer_mix', 'pooler', 'classifier')
 
@@ -55,6 +56,9 @@ class DownstreamModel(nn.Module):
   kind: str
   num_labels: int
   layer_mix: bool = False
+  # What the sentence-level head reads: 'cls' (the [CLS] state, BERT's) or
+  # 'mean' (the mean of the real tokens' states).
+  pooling: str = 'cls'
 
   def setup(self):
     if self.kind not in KINDS:
@@ -85,6 +89,11 @@ class DownstreamModel(nn.Module):
     if self.layer_mix:
       x = self.mix(x)
     if self.kind in ('classification', 'regression'):
-      x = jnp.tanh(self.pooler(x[:, 0]))
+      if self.pooling == 'mean':
+        weights = attention_mask[..., None].astype(x.dtype)
+        x = (x * weights).sum(1) / jnp.maximum(weights.sum(1), 1)
+      else:
+        x = x[:, 0]
+      x = jnp.tanh(self.pooler(x))
     logits = self.classifier(self.dropout(x, deterministic=deterministic))
     return logits.astype(jnp.float32)

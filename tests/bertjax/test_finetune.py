@@ -119,6 +119,23 @@ def test_layer_mix_starts_as_the_mean_of_every_layer():
                              rtol=0, atol=1e-5)
 
 
+def test_mean_pooling_averages_the_real_tokens():
+  model = heads.DownstreamModel(SMALL, 'classification', 3, pooling='mean')
+  ids = jnp.asarray(np.random.default_rng(2).integers(5, 128, (2, 8)))
+  mask = jnp.asarray([[1] * 8, [1] * 5 + [0] * 3])
+  params = nn.unbox(model.init(jax.random.key(0), ids, ids * 0, mask)
+                    )['params']
+  logits = model.apply({'params': params}, ids, ids * 0, mask)
+  states = model.apply({'params': params}, ids, ids * 0, mask,
+                       method=lambda m, a, b, c: bert_lib.run_layers(
+                           m.cfg, m.layers, m.embeddings(a, b, True), a, c,
+                           True))
+  mean = np.stack([states[0].mean(0), states[1, :5].mean(0)])
+  p, c = params['pooler'], params['classifier']
+  expected = np.tanh(mean @ p['kernel'] + p['bias']) @ c['kernel'] + c['bias']
+  np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-5)
+
+
 def test_adapters_start_near_identity():
   """Adapters (std 1e-3 weights) barely move a pretrained network at init;
   with their up-projection zeroed they are the identity exactly."""

@@ -22,10 +22,23 @@ TINY = ['data.corpus.max_documents=60', 'data.tokenizer.vocab_size=400',
         'batch_size=8', 'eval.num_batches=2', 'log_every_steps=2',
         'eval_every_steps=4', 'checkpoint_every_steps=4',
         'data.num_threads=1']
+# The downstream (embedded) task, tiny: 16 examples per class, one epoch.
+TINY_FINETUNE = ('task.examples_per_class=16', 'num_epochs=1.0',
+                 'max_seq_length=32', 'batch_size=8')
 
 
 def _run(name, config):
   return f'{name}={os.path.join(CONFIGS, config)}'
+
+
+def test_bad_finetune_config_fails_before_training(tmp_path):
+  with pytest.raises(compare.CompareError, match='mode='):
+    compare.finetune_config(os.path.join(CONFIGS, 'finetune.py'),
+                            ['mode="sideways"'], 0)
+  with pytest.raises(compare.CompareError, match='no field'):
+    compare.finetune_config(os.path.join(CONFIGS, 'finetune.py'),
+                            ['task.nope=1'], 0)
+  assert compare.finetune_config('none', [], 0) is None
 
 
 def test_budgets_convert_to_steps():
@@ -69,7 +82,8 @@ def test_tiny_comparison_writes_table_and_plots(tmp_path):
   runs = [_run('bert', 'bert.py:size=base'),
           _run('roberta', 'roberta.py:size=base'),
           _run('spanbert', 'spanbert.py')]
-  markdown = compare.compare(runs, TINY + data, 'steps:4', out, seed=3)
+  markdown = compare.compare(runs, TINY + data, 'steps:4', out, seed=3,
+                             finetune_overrides=TINY_FINETUNE)
   rows = markdown.strip().split('\n')
   assert len(rows) == 2 + 3
   assert rows[0].startswith('| run | objective | params | steps')
@@ -83,6 +97,12 @@ def test_tiny_comparison_writes_table_and_plots(tmp_path):
   nsp, sbo = header.index('NSP/SOP acc.'), header.index('SBO acc.')
   assert cells['bert'][nsp] != '-' and cells['roberta'][nsp] == '-'
   assert cells['spanbert'][sbo] != '-' and cells['bert'][sbo] == '-'
+  # Every run's downstream score, from its own fine-tuning.
+  downstream = header.index('embedded accuracy')
+  for name in ('bert', 'roberta', 'spanbert'):
+    assert 0 <= float(cells[name][downstream]) <= 1
+    assert os.path.isfile(os.path.join(out, 'finetune', f'{name}-step4',
+                                       'downstream.json'))
   with open(os.path.join(out, 'compare.md')) as f:
     assert f.read() == markdown
   for name in ('loss_vs_steps.png', 'loss_vs_flops.png', 'objectives.png'):
@@ -92,7 +112,7 @@ def test_tiny_comparison_writes_table_and_plots(tmp_path):
   # Rerun: nothing trains again, and a finished workdir is read as it is.
   again = compare.compare(
       runs[:2] + [f'spanbert={os.path.join(out, "runs", "spanbert")}'],
-      TINY + data, 'steps:4', out, seed=3)
+      TINY + data, 'steps:4', out, seed=3, finetune_overrides=TINY_FINETUNE)
   strip_wall = lambda md: [r.split(' | ')[:6] + r.split(' | ')[7:]
                            for r in md.strip().split('\n')]
   assert strip_wall(again) == strip_wall(markdown)
