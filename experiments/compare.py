@@ -26,6 +26,14 @@ Writes to ``OUT``:
   loss is of another task), training and held-out;
 - ``objectives.png``: each objective-specific metric (NSP/SOP, SBO, RTD,
   distillation) on its own axis, for the runs that have it.
+
+Each run's final checkpoint is then fine-tuned on a downstream task with
+``--finetune`` (a fine-tuning config, default
+``experiments/configs/finetune.py``: the embedded task, which needs no
+download; ``none`` skips it; ``--finetune_set`` overrides its fields), in
+``OUT/finetune/NAME-stepN``, and the table gets the task's held-out
+metrics. What matters downstream is then next to what each objective
+optimized.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ if _ROOT not in sys.path:   # Run as a script from a checkout.
 
 from bertjax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
+from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
@@ -62,6 +71,8 @@ COLUMNS = (
     ('KL loss', 'eval_kl_loss', None),
 )
 # Objective-specific training metrics, one axis each.
+DEFAULT_FINETUNE = os.path.join(_ROOT, 'experiments', 'configs',
+                                'finetune.py')
 OBJECTIVE_METRICS = ('nsp_accuracy', 'sbo_loss', 'rtd_loss', 'rtd_accuracy',
                      'kl_loss', 'cos_loss')
 
@@ -233,6 +244,10 @@ def table(runs: list[dict]) -> str:
   """The markdown table of the runs' final held-out metrics."""
   head = ['run', 'objective', 'params', 'steps', 'tokens', 'train FLOPs',
           'wall s'] + [c for c, _, _ in COLUMNS]
+  downstream = next((r['downstream'] for r in runs if r.get('downstream')),
+                    None)
+  if downstream:   # The task's metrics, headline first.
+    head += [f'{downstream["task"]} {m}' for m in downstream['metrics']]
   lines = ['| ' + ' | '.join(head) + ' |',
            '| ' + ' | '.join('---' for _ in head) + ' |']
   for run in runs:
@@ -249,6 +264,9 @@ def table(runs: list[dict]) -> str:
     for _, metric, objectives in COLUMNS:
       same = objectives is None or objective in objectives
       cells.append(_fmt(final.get(metric)) if same else '-')
+    if downstream:
+      scores = (run.get('downstream') or {}).get('metrics', {})
+      cells += [_fmt(scores.get(m)) for m in downstream['metrics']]
     lines.append('| ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines) + '\n'
 
@@ -318,13 +336,47 @@ def _finished(run: dict) -> bool:
   return step is not None and step >= run['cfg'].total_steps
 
 
+def finetune_config(spec: str, overrides: list[str], seed: int):
+  """The downstream fine-tuning config (None for ``none``), checked."""
+  if spec == 'none':
+    return None
+  cfg = load_config(spec)
+  for override in overrides:
+    apply_override(cfg, override)
+  cfg.seed = seed
+  try:
+    finetune.validate(cfg, check_init=False)
+  except finetune.FinetuneError as e:
+    raise CompareError(f'--finetune {spec!r}: {e}') from e
+  return cfg
+
+
+def run_downstream(result: dict, cfg, out: str) -> dict:
+  """Fine-tunes ``result``'s last checkpoint with ``cfg`` unless that was
+  done (the result is kept per pretraining step); returns downstream.json."""
+  step = result['records'][-1]['step']
+  workdir = os.path.join(out, 'finetune', f'{result["name"]}-step{step}')
+  path = os.path.join(workdir, finetune.RESULT)
+  if not os.path.isfile(path):
+    run_cfg = cfg.copy_and_resolve_references()
+    run_cfg.init = result['workdir']
+    print(f'== {result["name"]}: fine-tuning on {cfg.task.name} in '
+          f'{workdir}', flush=True)
+    finetune.finetune(run_cfg, workdir)
+  with open(path) as f:
+    return json.load(f)
+
+
 def compare(runs: list[str], overrides: list[str], budget: str, out: str,
-            seed: int = 0) -> str:
-  """Trains what has not run, then writes the table and plots to ``out``.
+            seed: int = 0, finetune_spec: str = DEFAULT_FINETUNE,
+            finetune_overrides: tuple[str, ...] = ()) -> str:
+  """Trains what has not run, fine-tunes each on the downstream task, then
+  writes the table and plots to ``out``.
 
   Returns the markdown table.
   """
   prepared = prepare_runs(runs, overrides, budget, out, seed)
+  downstream = finetune_config(finetune_spec, list(finetune_overrides), seed)
   os.makedirs(out, exist_ok=True)
   results = []
   for run in prepared:
@@ -337,6 +389,8 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
       wall = time.time() - start
     result = read_run(run['name'], run['workdir'])
     result['wall_seconds'] = wall
+    if downstream is not None:
+      result['downstream'] = run_downstream(result, downstream, out)
     results.append(result)
   markdown = table(results)
   with open(os.path.join(out, 'compare.md'), 'w') as f:
@@ -356,10 +410,15 @@ def main(argv=None) -> None:
   parser.add_argument('--out', required=True, help='output directory.')
   parser.add_argument('--seed', type=int, default=0,
                       help='the shared seed of every config run.')
+  parser.add_argument('--finetune', default=DEFAULT_FINETUNE,
+                      help='fine-tuning config (path.py[:arg]) of the '
+                      'downstream task; none to skip.')
+  parser.add_argument('--finetune_set', action='append', default=[],
+                      help='field=value for the fine-tuning config; repeat.')
   args = parser.parse_args(argv)
   try:
     print(compare(args.run, args.overrides, args.budget, args.out,
-                  args.seed))
+                  args.seed, args.finetune, args.finetune_set))
   except CompareError as e:
     parser.error(str(e))
 
