@@ -230,12 +230,30 @@ _WORDS = ('alpha', 'beta', 'gamma', 'delta', 'module', 'function', 'class',
 
 
 def _write_tasks(directory):
-  """A classification task (does the text mention 'file'?) and a token task
-  (tag each word by its first letter's place in the alphabet, 3 tags)."""
+  """Small tasks of every kind: classification (does the text mention
+  'file'?), token (tag each word by its first letter's place in the
+  alphabet, 3 tags), regression (the share of words before 'f') and span
+  (find the word after 'the')."""
   rng = np.random.default_rng(0)
   paths = {}
   for split, n in (('train', 64), ('eval', 24)):
     texts = [' '.join(rng.choice(_WORDS, 6)) for _ in range(n)]
+    path = directory / f'reg_{split}.jsonl'
+    path.write_text(''.join(json.dumps(
+        {'text': t, 'label': sum(w < 'f' for w in t.split()) / 6}) + '\n'
+                            for t in texts))
+    paths[f'reg_{split}'] = str(path)
+    path = directory / f'span_{split}.jsonl'
+    records = []
+    for i, t in enumerate(texts):
+      words = t.split()
+      context = ' '.join(words[:3] + ['the'] + words[3:])
+      start = len(' '.join(words[:3] + ['the'])) + 1
+      records.append({'id': f'{split}{i}', 'question': 'what follows the?',
+                      'context': context, 'answers': [
+                          {'text': words[3], 'answer_start': start}]})
+    path.write_text(''.join(json.dumps(r) + '\n' for r in records))
+    paths[f'span_{split}'] = str(path)
     path = directory / f'cls_{split}.jsonl'
     path.write_text(''.join(json.dumps(
         {'text': t, 'label': 'yes' if 'file' in t else 'no'}) + '\n'
@@ -268,7 +286,8 @@ def _run(pretrained, tasks, workdir, mode, kind='classification', **fields):
   cfg.mode = mode
   cfg.task.name = 'files'
   cfg.task.kind = kind
-  prefix = 'cls' if kind == 'classification' else 'tok'
+  prefix = {'classification': 'cls', 'token': 'tok', 'regression': 'reg',
+            'span': 'span'}[kind]
   cfg.task.train_path = tasks[f'{prefix}_train']
   cfg.task.eval_path = tasks[f'{prefix}_eval']
   cfg.max_seq_length = 16
@@ -351,6 +370,19 @@ def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks,
   assert all(a[k].tobytes() == b[k].tobytes() for k in a)
   with pytest.raises(finetune.FinetuneError, match='other settings'):
     _run(pretrained, tasks, tmp_path / 'a', 'frozen')
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize('kind, metrics', [
+    ('regression', {'pearson', 'spearman'}),
+    ('span', {'exact_match', 'span_f1'})])
+def test_regression_and_span_tasks(pretrained, tasks, tmp_path, kind,
+                                   metrics):
+  result = _run(pretrained, tasks, tmp_path / kind, 'full', kind=kind,
+                max_seq_length=24)
+  assert result['kind'] == kind and set(result['metrics']) == metrics
+  assert all(np.isfinite(v) for v in result['metrics'].values())
+  assert result['headline'] in metrics
 
 
 @pytest.mark.e2e
