@@ -60,6 +60,7 @@ from data_pipelines import tokenizer as tokenizer_lib
 MODES = ('full', 'frozen', 'adapters', 'weighted_layers', 'gradual_unfreeze')
 INIT_WEIGHTS = ('pretrained', 'random')
 RESULT = 'downstream.json'
+_say = train_lib._say  # pylint: disable=protected-access  # Process 0 prints.
 _META = 'finetune_meta.json'
 # Keys split once from the seed: head (and random encoder) init, dropout,
 # the batch order.
@@ -375,11 +376,6 @@ def evaluate_task(task: downstream.Task, logits: np.ndarray, features: dict,
 
 # ---------------------------------------------------------------------------
 # The run.
-
-
-def _say(text: str) -> None:
-  if jax.process_index() == 0:
-    print(text, flush=True)
 
 
 def _identity(cfg) -> dict:

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sysconfig
+import warnings
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -408,18 +409,27 @@ def _docstring_sentences(docstring: str) -> list[str]:
   return _paragraphs_to_document([p for p in paragraphs if _is_prose(p)])
 
 
-def _module_document(source: str) -> Document:
+def module_docstrings(source: str) -> Iterator[str]:
+  """The module, class and function docstrings of Python ``source``, in
+  ``ast.walk`` order (none for a file that does not parse)."""
   try:
-    tree = ast.parse(source)
+    with warnings.catch_warnings():  # Old escapes in some stdlib files.
+      warnings.simplefilter('ignore')
+      tree = ast.parse(source)
   except (SyntaxError, ValueError):
-    return []
-  document: Document = []
+    return
   for node in ast.walk(tree):
     if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
                          ast.AsyncFunctionDef)):
       docstring = ast.get_docstring(node, clean=False)
       if docstring:
-        document.extend(_docstring_sentences(docstring))
+        yield docstring
+
+
+def _module_document(source: str) -> Document:
+  document: Document = []
+  for docstring in module_docstrings(source):
+    document.extend(_docstring_sentences(docstring))
   return document
 
 

@@ -23,7 +23,6 @@ Pure numpy and Python: no JAX, so the harness encodes and scores on the host.
 
 from __future__ import annotations
 
-import ast
 import collections
 import csv
 import dataclasses
@@ -35,8 +34,7 @@ import os
 import re
 import string
 import sysconfig
-import warnings
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -109,36 +107,6 @@ EMBEDDED_NAME = 'embedded'
 _EMBEDDED_CLASSES = 8
 _EMBEDDED_MIN_PARAGRAPHS = 40
 _EVAL_PERCENT = 20
-_DOCSTRING_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef,
-                    ast.AsyncFunctionDef)
-_STATEMENT_LISTS = ('body', 'orelse', 'finalbody', 'handlers', 'cases')
-
-
-def _docstrings(source: str) -> Iterator[str]:
-  """Module, class and function docstrings of a Python source file.
-
-  Walks statement lists only (defs live nowhere else): ``ast.walk`` would
-  also visit every expression node and take twice as long.
-  """
-  try:
-    with warnings.catch_warnings():  # Old escapes in some stdlib files.
-      warnings.simplefilter('ignore')
-      tree = ast.parse(source)
-  except (SyntaxError, ValueError):
-    return
-  stack = [tree]
-  while stack:
-    node = stack.pop()
-    if isinstance(node, _DOCSTRING_NODES):
-      docstring = ast.get_docstring(node, clean=False)
-      if docstring:
-        yield docstring
-    for field in _STATEMENT_LISTS:
-      children = getattr(node, field, None)
-      if isinstance(children, list):
-        stack.extend(children)
-
-
 def _prose_paragraphs(docstring: str) -> list[str]:
   """The docstring's prose paragraphs (as corpus.py keeps them), one line each.
 
@@ -164,7 +132,7 @@ def _package_paragraphs() -> dict[str, list[str]]:
     parts = os.path.relpath(file, root).split(os.sep)
     if len(parts) < 2:  # A single-file module, not a package.
       continue
-    for docstring in _docstrings(_read_text(file)):
+    for docstring in corpus_lib.module_docstrings(_read_text(file)):
       for paragraph in _prose_paragraphs(docstring):
         owners[paragraph].add(parts[0])
   packages: dict[str, list[str]] = collections.defaultdict(list)
