@@ -50,6 +50,9 @@ DEFAULT_RULES = (
 # jax.random implementations of the train step's key (config.step_rng).
 STEP_RNGS = ('threefry', 'rbg')
 
+# What a non-finite loss or gradient does (config.divergence.policy).
+DIVERGENCE_POLICIES = ('skip', 'halt')
+
 # Objective families (bertjax/pretraining.py).
 OBJECTIVES = ('bert', 'electra', 'distillation')
 
@@ -228,6 +231,20 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.eval = ml_collections.ConfigDict()
   c.eval.num_batches = 20
+
+  # Non-finite loss or gradients are found inside the step (no host sync):
+  # the update is skipped (parameters, optimizer state and schedule stay as
+  # they were) and counted. skip: halt after halt_after consecutive skipped
+  # steps; halt: halt at the first. The host reads the counters where it
+  # already waits for the step (logged steps, checkpoints), so a halt comes
+  # at most log_every_steps late, and no checkpoint holds a non-finite state.
+  c.divergence = ml_collections.ConfigDict()
+  c.divergence.policy = 'skip'          # skip | halt
+  c.divergence.halt_after = 10
+  # A finite loss above spike_factor x its running mean (an exponential
+  # mean over about spike_window steps) is counted and logged; 0 = off.
+  c.divergence.spike_factor = 3.0
+  c.divergence.spike_window = 100
 
   c.log_every_steps = 100
   c.eval_every_steps = 10_000
@@ -559,6 +576,18 @@ def validate(cfg) -> None:
                'checkpoint_every_steps', 'keep_checkpoints'):
     _check(getattr(cfg, name) >= 1, f'{name}={getattr(cfg, name)} must be '
            '>= 1.', errors)
+  dv = cfg.divergence
+  _check(dv.policy in DIVERGENCE_POLICIES,
+         f'divergence.policy={dv.policy!r}; use one of '
+         f'{DIVERGENCE_POLICIES}.', errors)
+  _check(dv.halt_after >= 1, f'divergence.halt_after={dv.halt_after} must '
+         'be >= 1 (consecutive non-finite steps before the run halts).',
+         errors)
+  _check(dv.spike_factor == 0 or dv.spike_factor > 1,
+         f'divergence.spike_factor={dv.spike_factor} must be > 1 (a loss '
+         'that many times its running mean is a spike) or 0 (off).', errors)
+  _check(dv.spike_window >= 1, f'divergence.spike_window='
+         f'{dv.spike_window} must be >= 1 (steps).', errors)
   _check(cfg.eval.num_batches >= 1, f'eval.num_batches={cfg.eval.num_batches}'
          ' must be >= 1.', errors)
   sh = cfg.sharding
