@@ -13,11 +13,20 @@ per sentence, in the offsets of the cleaned sentence text.
 Readers are cheap to validate (``validate``) before anything expensive runs,
 so a missing or empty corpus fails before a tokenizer is trained or a
 directory is written.
+
+Bad text never ends a run: invalid UTF-8 is replaced, control characters are
+removed, sentences too long to tokenize cheaply are cut into pieces and
+documents with no text are dropped. Readers count each repair in the
+``counts`` they are given (keys and meanings in ``SKIP_COUNTERS``), and
+pre-tokenization stores the counts with the data
+(``pretokenize.PreparedData.skipped``).
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
+import collections
 import dataclasses
 import glob
 import hashlib
@@ -62,8 +71,45 @@ _ABBREVIATIONS = frozenset(
     'e.g i.e etc vs cf mr mrs ms dr prof sr jr st no fig eq al approx '
     'resp dept est inc ltd co jan feb mar apr jun jul aug sep sept oct nov '
     'dec'.split())
-_CONTROL = re.compile(r'[\x00-\x08\x0b-\x1f\x7f-\x9f]')
+# What cleaning removes: control characters other than whitespace (the
+# whitespace ones, \x0b-\x0d \x1c-\x1f \x85, become spaces like any other),
+# ANSI escape sequences whole (terminal colours in logs), and lone surrogates,
+# which JSON escapes can produce and which cannot be encoded for SentencePiece.
+_REMOVED = re.compile(r'\x1b\[[0-?]*[ -/]*[@-~]|'
+                      r'[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ud800-\udfff]')
 _SPACES = re.compile(r'\s+')
+# Bytes that are not UTF-8, as decoded with errors='surrogateescape'.
+_ESCAPED_BYTE = re.compile(r'[\udc80-\udcff]')
+# Longer sentences are cut into pieces of at most this many characters, at a
+# space where there is one, so that tokenizing one is cheap (a 20 MB line
+# with no full stop is one "sentence") and SentencePiece's trainer, which
+# skips sentences over 4192 bytes, keeps the pieces of any script of up to 2
+# bytes a character. Far above real sentences (the embedded corpus's longest
+# has 1410 characters) and above what one instance holds at 512 tokens.
+MAX_SENTENCE_CHARS = 2048
+# What reading and pre-tokenizing skip or repair, counted over a corpus, and
+# what each count means (``pretokenize.PreparedData.skipped`` has them all).
+SKIP_COUNTERS = {
+    'empty_documents':
+        'documents with no text, dropped: in sentence_per_line a blank line '
+        'that ends no sentence (one after another, or at the start of a '
+        'file) or a document whose every line is empty after cleaning; a '
+        'file (paragraphs) or record (jsonl, tfds) with no text; a document '
+        'none of whose sentences has a token',
+    'empty_sentences':
+        'sentences (lines) with no text after cleaning, or with no token '
+        '(e.g. only U+FFFD or zero-width characters, which SentencePiece '
+        'removes), dropped',
+    'invalid_utf8_bytes': 'bytes that are not UTF-8, each read as U+FFFD',
+    'invalid_utf8_lines': 'lines that hold invalid UTF-8',
+    'control_characters':
+        'characters that cleaning removed: control characters other than '
+        'whitespace, lone surrogates, and each character of an ANSI escape '
+        'sequence',
+    'long_sentences_split':
+        f'sentences longer than {MAX_SENTENCE_CHARS} characters, each cut '
+        'into pieces that are sentences of their own',
+}
 
 
 class CorpusError(ValueError):
@@ -109,23 +155,76 @@ class CorpusSpec:
 # Text normalisation and sentence splitting.
 
 
-def clean_text(text: str) -> str:
-  """Removes control characters and collapses whitespace to single spaces."""
-  return _SPACES.sub(' ', _CONTROL.sub(' ', text)).strip()
+def clean_text(text: str,
+               counts: collections.Counter | None = None) -> str:
+  """Removes control characters, ANSI escape sequences and lone surrogates,
+  and collapses whitespace to single spaces.
+
+  Each removed character is counted in ``counts['control_characters']`` (an
+  escape sequence counts all of its characters).
+  """
+  if counts is None:
+    text = _REMOVED.sub(' ', text)
+  else:
+    removed = _REMOVED.findall(text)  # Usually none: one scan, no copy.
+    if removed:
+      counts['control_characters'] += sum(map(len, removed))
+      text = _REMOVED.sub(' ', text)
+  return _SPACES.sub(' ', text).strip()
 
 
-def split_sentences(paragraph: str) -> list[str]:
-  """Splits a paragraph of prose into sentences with a rule-based splitter."""
-  paragraph = clean_text(paragraph)
-  return [paragraph[a:b] for a, b in _sentence_bounds(paragraph)]
+def split_sentences(paragraph: str,
+                    counts: collections.Counter | None = None) -> list[str]:
+  """Splits a paragraph of prose into sentences with a rule-based splitter.
+
+  A sentence longer than ``MAX_SENTENCE_CHARS`` comes back in pieces
+  (``split_long_sentence``).
+  """
+  paragraph = clean_text(paragraph, counts)
+  return [piece for a, b in _sentence_bounds(paragraph)
+          for piece in split_long_sentence(paragraph[a:b], counts)]
+
+
+def split_long_sentence(sentence: str,
+                        counts: collections.Counter | None = None
+                        ) -> list[str]:
+  """A cleaned sentence in pieces of at most ``MAX_SENTENCE_CHARS``.
+
+  Each piece ends at the last space that keeps it within the limit, or at
+  the limit where there is none (a run of text with no space). A sentence
+  that is cut counts once in ``counts['long_sentences_split']``.
+  """
+  return [sentence[a:b] for a, b in _long_sentence_bounds(sentence, counts)]
+
+
+def _long_sentence_bounds(sentence: str,
+                          counts: collections.Counter | None = None
+                          ) -> list[tuple[int, int]]:
+  """[start, end) of each piece of ``split_long_sentence``; linear time."""
+  if len(sentence) <= MAX_SENTENCE_CHARS:
+    return [(0, len(sentence))]
+  if counts is not None:
+    counts['long_sentences_split'] += 1
+  bounds, start = [], 0
+  while len(sentence) - start > MAX_SENTENCE_CHARS:
+    limit = start + MAX_SENTENCE_CHARS
+    space = sentence.rfind(' ', start + 1, limit + 1)
+    end = space if space > start else limit
+    bounds.append((start, end))
+    start = end + 1 if sentence[end] == ' ' else end
+  bounds.append((start, len(sentence)))
+  return bounds
 
 
 def _sentence_bounds(paragraph: str) -> list[tuple[int, int]]:
-  """[start, end) of each sentence of a cleaned paragraph."""
+  """[start, end) of each sentence of a cleaned paragraph; linear time."""
   bounds, start = [], 0
   for match in _SENTENCE_END.finditer(paragraph):
     end = match.end(1)
-    last_word = paragraph[start:end].rsplit(' ', 1)[-1].rstrip('.!?"\')]')
+    # The word before the full stop; found from the end, as slicing from
+    # ``start`` would copy a paragraph of many abbreviations quadratically.
+    word_start = max(start, paragraph.rfind(' ', start, end) + 1)
+    last_word = paragraph[word_start:end].rstrip('.!?"\')]')
     if last_word.lower().lstrip('("\'[') in _ABBREVIATIONS:
       continue
     if len(last_word) == 1 and last_word.isalpha():  # An initial: "J. Smith".
@@ -142,7 +241,8 @@ def _clean_with_map(text: str) -> tuple[str, np.ndarray]:
   A space that replaced a run of whitespace maps to the run's first
   character, so the map is increasing and ``searchsorted`` converts offsets.
   """
-  text = _CONTROL.sub(' ', text)  # Same length: offsets are kept.
+  # Same length: offsets are kept.
+  text = _REMOVED.sub(lambda m: ' ' * len(m.group()), text)
   words = [m.span() for m in re.finditer(r'\S+', text)]
   if not words:
     return '', np.zeros(0, np.int64)
@@ -155,8 +255,10 @@ def _clean_with_map(text: str) -> tuple[str, np.ndarray]:
   return cleaned, np.concatenate(pieces).astype(np.int64)
 
 
-def _paragraphs_to_document(paragraphs: Sequence[str]) -> Document:
-  return [s for p in paragraphs for s in split_sentences(p)]
+def _paragraphs_to_document(paragraphs: Sequence[str],
+                            counts: collections.Counter | None = None
+                            ) -> Document:
+  return [s for p in paragraphs for s in split_sentences(p, counts)]
 
 
 # ---------------------------------------------------------------------------
@@ -173,35 +275,88 @@ def _expand_files(path: str) -> list[str]:
   return sorted(f for f in files if os.path.isfile(f))
 
 
-def _read_text(file: str) -> str:
-  # Invalid UTF-8 is replaced, not fatal: one bad byte must not end a run.
+def _decode_utf8(data: bytes, counts: collections.Counter | None = None
+                ) -> str:
+  """``data`` as UTF-8, each invalid sequence replaced by U+FFFD.
+
+  Invalid UTF-8 is replaced, not fatal: one bad byte must not end a run.
+  The invalid bytes are counted in ``counts['invalid_utf8_bytes']`` and the
+  lines that hold them in ``counts['invalid_utf8_lines']``.
+  """
+  try:
+    return data.decode('utf-8')
+  except UnicodeDecodeError:
+    pass
+  if counts is not None:
+    # Each invalid byte escapes to its own lone surrogate: exact counts,
+    # which U+FFFD (also a valid character of its own) could not give.
+    escaped = data.decode('utf-8', errors='surrogateescape')
+    counts['invalid_utf8_bytes'] += len(_ESCAPED_BYTE.findall(escaped))
+    counts['invalid_utf8_lines'] += sum(
+        1 for line in escaped.splitlines() if _ESCAPED_BYTE.search(line))
+  return data.decode('utf-8', errors='replace')
+
+
+def _read_text(file: str, counts: collections.Counter | None = None) -> str:
   with open(file, 'rb') as f:
-    return f.read().decode('utf-8', errors='replace')
+    return _decode_utf8(f.read(), counts)
 
 
-def read_text_files(path: str, text_format: str) -> Iterator[Document]:
-  """Documents from text files (see ``CorpusSpec`` for the two formats)."""
+def _sentence_per_line_documents(text: str, counts: collections.Counter
+                                 ) -> Iterator[Document]:
+  """Documents in google-research/bert's format: a sentence per line.
+
+  A blank line (empty or whitespace) ends a document; one that ends no
+  sentence (after another blank line, or at the start of the text) ends an
+  empty document, counted. A line that holds only control characters is not
+  blank: it is dropped and counted as an empty sentence, and the document
+  goes on (as in google-research/bert, whose reader strips whitespace only).
+  """
+  document: Document = []
+  has_lines = False  # Since the last blank line; some may have been empty.
+  for line in text.splitlines():
+    if line and not line.isspace():
+      has_lines = True
+      line = clean_text(line, counts)
+      if line:
+        document.extend(split_long_sentence(line, counts))
+      else:
+        counts['empty_sentences'] += 1
+      continue
+    if document:
+      yield document
+    else:
+      counts['empty_documents'] += 1
+    document, has_lines = [], False
+  if document:
+    yield document
+  elif has_lines:
+    counts['empty_documents'] += 1
+
+
+def read_text_files(path: str, text_format: str,
+                    counts: collections.Counter | None = None
+                    ) -> Iterator[Document]:
+  """Documents from text files (see ``CorpusSpec`` for the formats).
+
+  What is repaired or dropped on the way is added to ``counts`` (keys in
+  ``SKIP_COUNTERS``).
+  """
+  counts = collections.Counter() if counts is None else counts
   for file in _expand_files(path):
     if text_format == 'jsonl':
-      yield from read_jsonl(file)
+      yield from read_jsonl(file, counts)
       continue
-    text = _read_text(file)
+    text = _read_text(file, counts)
     if text_format == 'sentence_per_line':
-      document: Document = []
-      for line in text.splitlines():
-        line = clean_text(line)
-        if line:
-          document.append(line)
-        elif document:
-          yield document
-          document = []
-      if document:
-        yield document
+      yield from _sentence_per_line_documents(text, counts)
     else:
       paragraphs = re.split(r'\n\s*\n', text)
-      document = _paragraphs_to_document(paragraphs)
+      document = _paragraphs_to_document(paragraphs, counts)
       if document:
         yield document
+      else:
+        counts['empty_documents'] += 1
 
 
 # ---------------------------------------------------------------------------
@@ -262,19 +417,29 @@ def _record_spans(record: dict, text: str, where: str
 def _sentence_ranges(record: dict, text: str,
                      spans: list[tuple[int, int, str]],
                      where: str) -> list[tuple[int, int]]:
-  """[start, end) of each sentence in ``text``."""
+  """[start, end) of each sentence in ``text``.
+
+  ``spans`` are sorted by start; lookups bisect them, so a long record with
+  many sentences and spans takes O(n log n), not O(sentences * spans).
+  """
+  span_starts = [a for a, _, _ in spans]
   if 'sentences' in record:
     ranges, start = [], 0
     for sentence in record['sentences']:
       ranges.append((start, start + len(sentence)))
       start += len(sentence) + 1
+    range_starts = [s for s, _ in ranges]
     for a, b, kind in spans:
-      if not any(s <= a and b <= e for s, e in ranges):
+      s, e = ranges[bisect.bisect_right(range_starts, a) - 1]
+      if not (s <= a and b <= e):
         raise _jsonl_error(where, f'span {(a, b, kind)!r} crosses a sentence '
                            'boundary; spans must lie within one sentence')
     return ranges
   # Free text: paragraphs at blank lines, then the rule-based splitter; a
   # sentence boundary inside a span is dropped (the sentences are merged).
+  # max_end[i]: the furthest end of the first i spans.
+  max_end = list(itertools.accumulate((b for _, b, _ in spans), max,
+                                      initial=-1))
   ranges = []
   breaks = [m.span() for m in re.finditer(r'\n\s*\n', text)]
   paragraph_starts = [0] + [end for _, end in breaks]
@@ -283,15 +448,23 @@ def _sentence_ranges(record: dict, text: str,
     cleaned, offsets = _clean_with_map(text[p0:p1])
     for a, b in _sentence_bounds(cleaned):
       start, end = p0 + int(offsets[a]), p0 + int(offsets[b - 1]) + 1
-      if ranges and any(s < ranges[-1][1] and e > start
-                        for s, e, _ in spans):
+      # Does a span that starts before the last sentence's end end after
+      # this sentence's start?
+      if ranges and max_end[bisect.bisect_left(span_starts,
+                                               ranges[-1][1])] > start:
         start = ranges.pop()[0]
       ranges.append((start, end))
   return ranges
 
 
-def _jsonl_document(record, where: str) -> Document:
-  """One annotated document from a parsed JSON Lines record."""
+def _jsonl_document(record, where: str,
+                    counts: collections.Counter | None = None) -> Document:
+  """One annotated document from a parsed JSON Lines record.
+
+  A sentence longer than ``MAX_SENTENCE_CHARS`` is cut into pieces like
+  ``split_long_sentence``'s; a span across a cut is dropped.
+  """
+  counts = collections.Counter() if counts is None else counts
   if not isinstance(record, dict):
     raise _jsonl_error(where, f'found a JSON {type(record).__name__}')
   if ('text' in record) == ('sentences' in record):
@@ -306,26 +479,37 @@ def _jsonl_document(record, where: str) -> Document:
   else:
     raise _jsonl_error(where, '"text" is not a string')
   spans = _record_spans(record, text, where)
+  span_starts = [a for a, _, _ in spans]
+  counts['control_characters'] += sum(map(len, _REMOVED.findall(text)))
   sentences, sentence_spans = [], []
   for start, end in _sentence_ranges(record, text, spans, where):
     cleaned, offsets = _clean_with_map(text[start:end])
     if not cleaned:
+      counts['empty_sentences'] += 1
       continue
-    inside = []
-    for a, b, kind in spans:
-      if start <= a and b <= end:
+    inside = []  # Spans in cleaned offsets.
+    for a, b, kind in spans[bisect.bisect_left(span_starts, start):
+                            bisect.bisect_left(span_starts, end)]:
+      if b <= end:
         a = int(np.searchsorted(offsets, a - start, 'left'))
         b = int(np.searchsorted(offsets, b - start, 'left'))
         if a < b:
           inside.append((a, b, kind))
-    sentences.append(cleaned)
-    sentence_spans.append(inside)
+    for p0, p1 in _long_sentence_bounds(cleaned, counts):
+      sentences.append(cleaned[p0:p1])
+      sentence_spans.append([(a - p0, b - p0, kind) for a, b, kind in inside
+                             if p0 <= a and b <= p1])
   return Document(sentences, sentence_spans)
 
 
-def read_jsonl(file: str) -> Iterator[Document]:
-  """Annotated documents from one JSON Lines file (format above)."""
-  for number, line in enumerate(_read_text(file).splitlines(), 1):
+def read_jsonl(file: str, counts: collections.Counter | None = None
+               ) -> Iterator[Document]:
+  """Annotated documents from one JSON Lines file (format above).
+
+  A record with no text counts in ``counts['empty_documents']``.
+  """
+  counts = collections.Counter() if counts is None else counts
+  for number, line in enumerate(_read_text(file, counts).splitlines(), 1):
     if not line.strip():
       continue
     where = f'{file}:{number}'
@@ -333,9 +517,11 @@ def read_jsonl(file: str) -> Iterator[Document]:
       record = json.loads(line)
     except json.JSONDecodeError as e:
       raise _jsonl_error(where, f'not JSON ({e})') from e
-    document = _jsonl_document(record, where)
+    document = _jsonl_document(record, where, counts)
     if document:
       yield document
+    else:
+      counts['empty_documents'] += 1
 
 
 # ---------------------------------------------------------------------------
@@ -368,16 +554,20 @@ def _tfds_source(spec: CorpusSpec):
   return source, feature
 
 
-def read_tfds(spec: CorpusSpec) -> Iterator[Document]:
+def read_tfds(spec: CorpusSpec, counts: collections.Counter | None = None
+              ) -> Iterator[Document]:
   """Documents from a TFDS dataset's text feature (paragraphs per line)."""
+  counts = collections.Counter() if counts is None else counts
   source, feature = _tfds_source(spec)
   for i in range(len(source)):
     text = source[i][feature]
     if isinstance(text, bytes):
-      text = text.decode('utf-8', errors='replace')
-    document = _paragraphs_to_document(str(text).split('\n'))
+      text = _decode_utf8(text, counts)
+    document = _paragraphs_to_document(str(text).split('\n'), counts)
     if document:
       yield document
+    else:
+      counts['empty_documents'] += 1
 
 
 # ---------------------------------------------------------------------------
@@ -404,9 +594,12 @@ def _is_prose(paragraph: str) -> bool:
   return len(text) >= 20 and letters / len(text) > 0.85 and ' ' in text
 
 
-def _docstring_sentences(docstring: str) -> list[str]:
+def _docstring_sentences(docstring: str,
+                         counts: collections.Counter | None = None
+                         ) -> list[str]:
   paragraphs = re.split(r'\n\s*\n', inspect.cleandoc(docstring))
-  return _paragraphs_to_document([p for p in paragraphs if _is_prose(p)])
+  return _paragraphs_to_document([p for p in paragraphs if _is_prose(p)],
+                                 counts)
 
 
 def module_docstrings(source: str) -> Iterator[str]:
@@ -426,10 +619,11 @@ def module_docstrings(source: str) -> Iterator[str]:
         yield docstring
 
 
-def _module_document(source: str) -> Document:
+def _module_document(source: str,
+                     counts: collections.Counter | None = None) -> Document:
   document: Document = []
   for docstring in module_docstrings(source):
-    document.extend(_docstring_sentences(docstring))
+    document.extend(_docstring_sentences(docstring, counts))
   return document
 
 
@@ -443,7 +637,8 @@ def stdlib_files() -> list[str]:
   return sorted(files)
 
 
-def embedded_documents() -> Iterator[Document]:
+def embedded_documents(counts: collections.Counter | None = None
+                       ) -> Iterator[Document]:
   """English prose from CPython's own documentation, with no download.
 
   One document per topic of ``pydoc_data.topics`` (the language reference
@@ -454,13 +649,13 @@ def embedded_documents() -> Iterator[Document]:
   try:
     from pydoc_data import topics  # pylint: disable=g-import-not-at-top
     for name in sorted(topics.topics):
-      document = _docstring_sentences(topics.topics[name])
+      document = _docstring_sentences(topics.topics[name], counts)
       if document:
         yield document
   except ImportError:  # Some distributions strip pydoc_data.
     pass
   for file in stdlib_files():
-    document = _module_document(_read_text(file))
+    document = _module_document(_read_text(file, counts), counts)
     if document:
       yield document
 
@@ -469,14 +664,20 @@ def embedded_documents() -> Iterator[Document]:
 # Entry points used by the rest of the pipeline.
 
 
-def read_documents(spec: CorpusSpec) -> Iterator[Document]:
-  """All documents of the corpus, in a deterministic order."""
+def read_documents(spec: CorpusSpec,
+                   counts: collections.Counter | None = None
+                   ) -> Iterator[Document]:
+  """All documents of the corpus, in a deterministic order.
+
+  Adds to ``counts`` what reading repaired or dropped (keys in
+  ``SKIP_COUNTERS``).
+  """
   if spec.source == 'embedded':
-    documents = embedded_documents()
+    documents = embedded_documents(counts)
   elif spec.source == 'files':
-    documents = read_text_files(spec.path, spec.text_format)
+    documents = read_text_files(spec.path, spec.text_format, counts)
   else:
-    documents = read_tfds(spec)
+    documents = read_tfds(spec, counts)
   for i, document in enumerate(documents):
     if spec.max_documents and i >= spec.max_documents:
       return
@@ -507,10 +708,14 @@ def validate(spec: CorpusSpec) -> None:
                                    _VALIDATED_JSONL_RECORDS)
       has_text = sum(1 for _ in documents) > 0
     else:
-      has_text = any(clean_text(_read_text(f)) for f in files[:1000])
+      # U+FFFD, what invalid UTF-8 becomes, is not text: SentencePiece's
+      # normalization removes it.
+      has_text = any(clean_text(_read_text(f)).replace('\ufffd', '').strip()
+                     for f in files[:1000])
     if not has_text:
       raise CorpusError(f'corpus.path={spec.path!r}: the {len(files)} files '
-                        'found hold no text.')
+                        'found hold no text (only whitespace, control '
+                        'characters or invalid UTF-8).')
   elif spec.source == 'tfds':
     _parse_tfds_name(spec.tfds_name)
     source, feature = _tfds_source(spec)
@@ -520,6 +725,15 @@ def validate(spec: CorpusSpec) -> None:
       raise CorpusError(
           f'corpus.tfds_name={spec.tfds_name!r}: no feature {feature!r}; '
           f'the dataset has {sorted(source[0])}.')
+
+
+def describe(spec: CorpusSpec) -> str:
+  """The corpus in a few words, for error messages: what the user set."""
+  if spec.source == 'files':
+    return f'corpus.path={spec.path!r} ({spec.text_format})'
+  if spec.source == 'tfds':
+    return f'corpus.tfds_name={spec.tfds_name!r} (split {spec.tfds_split!r})'
+  return 'the embedded corpus'
 
 
 def fingerprint(spec: CorpusSpec) -> str:

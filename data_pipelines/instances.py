@@ -254,8 +254,10 @@ class InstanceBuilder(TransientAttributes):
       raise ValueError(f'data.layout={config.layout!r}; use one of {LAYOUTS}.')
     # SOP too: its one-sentence chunks take B from another document.
     if config.layout in _PAIR_LAYOUTS and index.num_documents < 2:
-      raise ValueError(f'data.layout="{config.layout}" draws B from other '
-                       f'documents; the split has {index.num_documents}.')
+      raise pretokenize.DataError(
+          f'data.layout="{config.layout}" draws B from other documents; the '
+          f'split has {index.num_documents}. Use more text, or change '
+          'data.eval_fraction (the eval split needs 2 documents too).')
     self.source = source
     self.index = index
     self.config = config
@@ -588,6 +590,10 @@ class InstanceDataset(BatchAccessDataset):
     self._orders: dict[int, np.ndarray] = {}
     self._lock = threading.Lock()
 
+  @property
+  def builder(self) -> InstanceBuilder:
+    return self._builder
+
   def data_epoch(self, epoch: int) -> int:
     return epoch if self._dynamic else epoch % self._dupe_factor
 
@@ -596,7 +602,8 @@ class InstanceDataset(BatchAccessDataset):
       e = len(self._epoch_starts) - 1
       size = len(self._builder.plan(self.data_epoch(e)))
       if size == 0:
-        raise ValueError('an epoch has no instances: the split is empty.')
+        raise pretokenize.DataError(
+            'an epoch has no instances: the split is empty.')
       self._epoch_starts.append(self._epoch_starts[-1] + size)
     return self._epoch_starts[epoch]
 
@@ -671,7 +678,16 @@ class InstanceBatches(grain.MapDataset):
   def __init__(self, instances: BatchAccessDataset, global_batch_size: int,
                rows: np.ndarray | None = None,
                num_batches: int | None = None):
-    """``rows`` None = all ``global_batch_size``; ``num_batches`` None = all."""
+    """``rows`` None = all ``global_batch_size``; ``num_batches`` None = all.
+
+    Raises:
+      pretokenize.DataError: ``num_batches`` is None and ``instances`` has
+        fewer distinct instances than one global batch
+        (``check_fills_a_batch``): the training stream is built before the
+        model is compiled, so a corpus too small fails first.
+    """
+    if num_batches is None:
+      check_fills_a_batch(instances, global_batch_size)
     super().__init__(instances)
     self._instances = instances
     self._global = global_batch_size
@@ -691,6 +707,44 @@ class InstanceBatches(grain.MapDataset):
   def __str__(self) -> str:
     return (f'InstanceBatches({self._instances}, batch={self._global}, '
             f'rows={len(self._rows)})')
+
+
+def check_fills_a_batch(dataset: BatchAccessDataset,
+                        global_batch_size: int) -> None:
+  """Fails when ``dataset`` holds fewer distinct instances than one batch.
+
+  An endless stream would still deliver batches, each repeating the same
+  few instances; that is a corpus or config mistake, reported with what
+  to change. ``dataset`` is an ``InstanceDataset`` (its data epoch 0; the
+  plan is cached, so the check costs nothing later) or a mixture of them
+  (anything with ``components``: the sum over them). Other datasets are
+  not checked.
+
+  Raises:
+    pretokenize.DataError: naming the instances, documents and tokens, the
+      batch size and what to change.
+  """
+  parts = getattr(dataset, 'components', None) or (dataset,)
+  if not all(isinstance(d, InstanceDataset) for d in parts):
+    return
+  sizes = [len(d.builder.plan(d.data_epoch(0))) for d in parts]
+  if sum(sizes) >= global_batch_size:
+    return
+  config = parts[0].builder.config
+  documents = sum(d.builder.index.num_documents for d in parts)
+  tokens = sum(d.builder.index.num_tokens for d in parts)
+  what = (f'the {len(parts)} components of the mixture hold {sum(sizes)} '
+          f'instances in all ({sizes})' if len(parts) > 1 else
+          f'the split holds {sizes[0]} instances')
+  per_instance = ('each document gives at least one' if config.layout in
+                  _PAIR_LAYOUTS else 'full_sentences packs '
+                  f'{config.max_seq_length - 2} tokens in each')
+  raise pretokenize.DataError(
+      f'{what}, from {documents} documents of {tokens} tokens '
+      f'(data.layout={config.layout!r}: {per_instance}), fewer than one '
+      f'batch of batch_size={global_batch_size}. Use more text, or lower '
+      'batch_size, or data.eval_fraction (or data.max_seq_length for '
+      'full_sentences).')
 
 
 def check_rows(rows: np.ndarray | None, global_batch_size: int) -> np.ndarray:

@@ -211,6 +211,12 @@ class MixturePrepared:
     """int64 [vocab_size]: token counts summed over the training splits."""
     return sum(c.train_index.unigram_counts for c in self.components)
 
+  @property
+  def skipped(self) -> dict[str, int]:
+    """``PreparedData.skipped`` summed over the components."""
+    return {key: sum(c.skipped[key] for c in self.components)
+            for key in corpus_lib.SKIP_COUNTERS}
+
   def summary(self) -> str:
     """A table: name, training tokens, natural share, sampled share."""
     sizes, p = self.train_sizes, self.probabilities

@@ -12,7 +12,10 @@ Each record is one document:
 
 Next to the TFDS files, ``index-<split>.npz`` holds what instance planning
 needs without reading the documents again (sentence lengths per document)
-and the corpus unigram counts.
+and the corpus unigram counts. The dataset's ``metadata.json`` holds what
+reading and tokenizing skipped or repaired (``corpus.SKIP_COUNTERS``),
+written with the records, so a run that reuses the data reports the same
+counts.
 
 TFDS writes ArrayRecord without TensorFlow, and ``as_data_source()`` gives
 random access, which Grain needs.
@@ -20,6 +23,7 @@ random access, which Grain needs.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -40,8 +44,10 @@ from data_pipelines import counter_rng
 from data_pipelines import gazetteer as gazetteer_lib
 from data_pipelines import tokenizer as tokenizer_lib
 
-# Bump when the record layout or the split rule changes.
-FORMAT_VERSION = '1.3.0'
+# Bump when the record layout, the split rule, or what reading keeps changes.
+# 1.4.0: skip counts in the metadata; lines of control characters dropped
+# instead of ending a document; escape sequences removed; long sentences cut.
+FORMAT_VERSION = '1.4.0'
 # The features of a record. Each is stored as raw little-endian bytes
 # (``Encoding.BYTES``), so reading one is a view, not a parse of a list.
 FEATURES = {
@@ -57,18 +63,28 @@ class DataError(ValueError):
   """The prepared data cannot be used; the message says why."""
 
 
+def format_skipped(skipped: dict[str, int]) -> str:
+  """The non-zero counts of ``skipped``, as ``key=count, ...``."""
+  return ', '.join(f'{key}={skipped[key]}'
+                   for key in corpus_lib.SKIP_COUNTERS
+                   if skipped.get(key)) or 'nothing'
+
+
 _MIN_DOCUMENTS = {'train': 2, 'eval': 1}
 
 
-def check_split_size(split: str, num_documents: int,
-                     eval_fraction: float) -> None:
+def check_split_size(split: str, num_documents: int, eval_fraction: float,
+                     skipped: dict[str, int] | None = None) -> None:
   """NSP needs two training documents; evaluation needs one."""
   minimum = _MIN_DOCUMENTS[split]
   if num_documents < minimum:
+    dropped = (f' (preparing the data skipped {format_skipped(skipped)})'
+               if skipped and any(skipped.values()) else '')
     raise DataError(
         f'the {split} split has {num_documents} documents (need at least '
-        f'{minimum}); the corpus is too small for data.eval_fraction='
-        f'{eval_fraction}. Use more text or change data.eval_fraction.')
+        f'{minimum}){dropped}; the corpus is too small for '
+        f'data.eval_fraction={eval_fraction}. Use more text or change '
+        'data.eval_fraction.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,11 +183,16 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
 
   VERSION = tfds.core.Version(FORMAT_VERSION)
 
-  def __init__(self, *, documents_fn: Callable[[], Iterable[list[str]]],
+  def __init__(self, *, documents_fn: Callable[[collections.Counter],
+                                                Iterable[list[str]]],
                tokenizer: tokenizer_lib.Tokenizer, eval_fraction: float,
                split_seed: int, num_threads: int,
-               gazetteer: gazetteer_lib.Gazetteer | None = None, **kwargs):
+               gazetteer: gazetteer_lib.Gazetteer | None = None,
+               corpus_name: str = 'the corpus', **kwargs):
+    """``documents_fn(counts)`` reads the corpus, counting what it skips in
+    ``counts``; ``corpus_name`` names it in errors."""
     self._documents_fn = documents_fn
+    self._corpus_name = corpus_name
     self._tokenizer = tokenizer
     self._eval_fraction = eval_fraction
     self._split_seed = split_seed
@@ -198,32 +219,50 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
             'eval': self._generate_examples(is_eval=True)}
 
   def _generate_examples(self, is_eval: bool) -> Iterator:
-    count = 0
+    counts = collections.Counter()
+    count = kept = 0
     for doc_index, record in _tokenize_documents(
-        self._documents_fn(), self._tokenizer, self._num_threads,
-        self._gazetteer):
+        self._documents_fn(counts), self._tokenizer, self._num_threads,
+        self._gazetteer, counts):
+      kept += 1
       in_eval = counter_rng.uniform(
           self._split_seed, counter_rng.Stream.EVAL_SPLIT,
           doc_index) < self._eval_fraction
       if bool(in_eval) == is_eval:
         count += 1
         yield doc_index, record
+    skipped = {key: int(counts[key]) for key in corpus_lib.SKIP_COUNTERS}
+    if not kept:
+      raise DataError(
+          f'{self._corpus_name}: no document has text to pre-tokenize; '
+          f'preparing the data skipped {format_skipped(skipped)} (see '
+          'corpus.SKIP_COUNTERS). Check the path, the text format and that '
+          'the files are UTF-8 text.')
+    # Each split's pass reads the whole corpus, so both count the same.
+    # TFDS writes the metadata with the records, after the last split.
+    self.info.metadata['skipped'] = skipped
     split = 'eval' if is_eval else 'train'
-    check_split_size(split, count, self._eval_fraction)
+    check_split_size(split, count, self._eval_fraction, skipped)
 
 
 def _tokenize_documents(documents: Iterable[list[str]],
                         tokenizer: tokenizer_lib.Tokenizer,
                         num_threads: int,
-                        gazetteer: gazetteer_lib.Gazetteer | None = None
+                        gazetteer: gazetteer_lib.Gazetteer | None = None,
+                        counts: collections.Counter | None = None
                         ) -> Iterator[tuple[int, dict]]:
   """Yields (document index, record); SentencePiece encodes in parallel.
 
   Annotated documents (``corpus.Document.spans``) take their word starts
   and, if they mark any entity/phrase, their unit labels from the spans
   (annotations.py); the others take word starts from the tokenizer and
-  units from the gazetteer, if any.
+  units from the gazetteer, if any. Sentences with no token, and documents
+  left with no sentence, are dropped and counted in ``counts``
+  ('empty_sentences', 'empty_documents'); the documents that follow keep
+  their indices.
   """
+  counts = collections.Counter() if counts is None else counts
+
   def flush(batch, first_index):
     spans = [getattr(doc, 'spans', None) for doc in batch]
     plain = iter(tokenizer.encode(
@@ -244,7 +283,10 @@ def _tokenize_documents(documents: Iterable[list[str]],
               ends, doc_spans[j], tokenizer.word_starts(ids))
         if len(ids):
           sentences.append((ids, word_starts, labels))
+        else:
+          counts['empty_sentences'] += 1
       if not sentences:
+        counts['empty_documents'] += 1
         continue
       ids, word_starts, labels = zip(*sentences)
       if doc_spans is not None and annotations.has_units(doc_spans):
@@ -275,13 +317,20 @@ def _tokenize_documents(documents: Iterable[list[str]],
 
 @dataclasses.dataclass
 class PreparedData:
-  """Everything the input pipeline reads: sources, indices, tokenizer."""
+  """Everything the input pipeline reads: sources, indices, tokenizer.
+
+  Attributes:
+    skipped: what preparing the data skipped or repaired in the whole
+      corpus: every key of ``corpus.SKIP_COUNTERS`` (0 when none). Stored
+      with the data, so a run that reuses it reports the same counts.
+  """
   tokenizer: tokenizer_lib.Tokenizer
   train_source: DocumentSource
   eval_source: DocumentSource
   train_index: DocumentIndex
   eval_index: DocumentIndex
   directory: str
+  skipped: dict[str, int]
 
   @property
   def train_unigram_counts(self) -> np.ndarray:
@@ -290,7 +339,7 @@ class PreparedData:
 
 
 def _documents_fn(spec: corpus_lib.CorpusSpec):
-  return lambda: corpus_lib.read_documents(spec)
+  return lambda counts: corpus_lib.read_documents(spec, counts)
 
 
 def cache_key(*parts) -> str:
@@ -329,10 +378,23 @@ def cached_tokenizer(data_cfg, text_key: tuple,
 def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
                             corpus_fingerprint: str
                             ) -> tokenizer_lib.Tokenizer:
-  """Loads ``tokenizer.model_path`` or trains one on the corpus (cached)."""
-  return cached_tokenizer(
-      data_cfg, (corpus_fingerprint,),
-      lambda: (s for doc in corpus_lib.read_documents(spec) for s in doc))
+  """Loads ``tokenizer.model_path`` or trains one on the corpus (cached).
+
+  Raises:
+    DataError: the corpus has no text to train on (naming it and what
+      reading skipped).
+  """
+  counts = collections.Counter()
+  try:
+    return cached_tokenizer(
+        data_cfg, (corpus_fingerprint,),
+        lambda: (s for doc in corpus_lib.read_documents(spec, counts)
+                 for s in doc))
+  except tokenizer_lib.NoTrainingText as e:
+    raise DataError(
+        f'{corpus_lib.describe(spec)}: no text to train a tokenizer on; '
+        f'reading it skipped {format_skipped(counts)} ({e}). Check the path,'
+        ' the text format and that the files are UTF-8 text.') from e
 
 
 def _build_index(source, vocab_size: int) -> DocumentIndex:
@@ -377,6 +439,7 @@ def prepare(data_cfg, num_threads: int = 0,
       documents_fn=_documents_fn(spec), tokenizer=tokenizer,
       eval_fraction=data_cfg.eval_fraction, split_seed=data_cfg.split_seed,
       num_threads=num_threads or os.cpu_count(), gazetteer=gazetteer,
+      corpus_name=corpus_lib.describe(spec),
       data_dir=os.path.join(data_cfg.data_dir, 'pretokenized', key),
       file_format='array_record')
   with _uncompressed_array_record():
@@ -391,8 +454,11 @@ def prepare(data_cfg, num_threads: int = 0,
     if not os.path.exists(path):
       _build_index(source, tokenizer.vocab_size).save(path)
     sources[split], indices[split] = source, DocumentIndex.load(path)
+  skipped = {key: int(reader.info.metadata['skipped'][key])
+             for key in corpus_lib.SKIP_COUNTERS}
   for split in ('train', 'eval'):
     check_split_size(split, indices[split].num_documents,
-                     data_cfg.eval_fraction)
+                     data_cfg.eval_fraction, skipped)
   return PreparedData(tokenizer, sources['train'], sources['eval'],
-                      indices['train'], indices['eval'], builder.data_dir)
+                      indices['train'], indices['eval'], builder.data_dir,
+                      skipped)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import os
 from typing import Iterable, Sequence
 
@@ -26,6 +27,10 @@ TRAINING_THREADS = 16
 
 class TokenizerError(ValueError):
   """The tokenizer cannot be trained or loaded; the message says why."""
+
+
+class NoTrainingText(TokenizerError):
+  """The training text is empty, or holds only what SentencePiece drops."""
 
 
 def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
@@ -144,10 +149,12 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str,
   del seed  # Training is deterministic given the sentence order.
   model = io.BytesIO()
 
+  num_sentences = 0
+
   def limited():
-    for i, sentence in enumerate(sentences):
-      if i >= max_sentences:
-        return
+    nonlocal num_sentences
+    for sentence in itertools.islice(sentences, max_sentences):
+      num_sentences += 1
       yield sentence
 
   try:
@@ -160,5 +167,15 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str,
         hard_vocab_limit=False, num_threads=num_threads,
         minloglevel=2, split_digits=True, byte_fallback=False)
   except RuntimeError as e:
+    # SentencePiece's own messages for these cases are assertions.
+    if not num_sentences:
+      raise NoTrainingText('SentencePiece training failed: there is no text '
+                           'to train on (0 sentences).') from e
+    if 'all_chars_count' in str(e):
+      raise NoTrainingText(
+          'SentencePiece training failed: none of the '
+          f'{num_sentences} training sentences holds a character it keeps '
+          '(its normalization removes control and zero-width characters and '
+          'U+FFFD, what invalid UTF-8 becomes).') from e
     raise TokenizerError(f'SentencePiece training failed: {e}') from e
   return Tokenizer(model.getvalue())
