@@ -8,6 +8,8 @@ and the allowed values in its message.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 import ml_collections
@@ -55,6 +57,12 @@ DIVERGENCE_POLICIES = ('skip', 'halt')
 
 # Objective families (bertjax/pretraining.py).
 OBJECTIVES = ('bert', 'electra', 'distillation')
+
+# Seeds: JAX keeps a seed's low 32 bits (without jax_enable_x64), so seed and
+# seed + 2**32 would draw the same numbers.
+SEED_LIMIT = 2**32
+# data.split_seed: the input pipeline hashes it as a 64-bit counter.
+COUNTER_LIMIT = 2**63
 
 
 def default_data_dir() -> str:
@@ -375,8 +383,8 @@ def _check_corpus(prefix: str, corpus, errors: list[str]) -> None:
     return
   if sorted(corpus) != fields:
     errors.append(f'{prefix} has the fields {sorted(corpus)}; a corpus '
-                  f'section has {fields}: build it with '
-                  'config_lib.corpus_config().')
+                  f'section has {fields}: use config_lib.corpus_config() '
+                  'to build it.')
     return
   _check(corpus.source in corpus_lib.SOURCES,
          f'{prefix}.source={corpus.source!r}; use one of '
@@ -388,17 +396,133 @@ def _check_corpus(prefix: str, corpus, errors: list[str]) -> None:
            f'{prefix}.text_format={corpus.text_format!r}; use one of '
            f'{corpus_lib.TEXT_FORMATS}.', errors)
     _check(bool(corpus.path), f'{prefix}.source="files" needs {prefix}.path:'
-           ' a directory, a file or a glob of text files.', errors)
+           ' use a directory, a file or a glob of text files.', errors)
+  if corpus.source == 'tfds':
+    # corpus.read_tfds's form; whether the dataset exists is TFDS's to say.
+    name, colon, feature = corpus.tfds_name.rpartition(':')
+    _check(bool(colon and name and feature),
+           f'{prefix}.tfds_name={corpus.tfds_name!r} must look like '
+           '"name[/config][:version]:feature"; use e.g. '
+           '"wikipedia/20230601.en:text".', errors)
+    _check(bool(corpus.tfds_split), f'{prefix}.tfds_split=\'\' names no '
+           "split; use one, e.g. 'train'.", errors)
+
+
+def _wanted(default) -> str:
+  """What a field whose default is ``default`` must hold, in words."""
+  if isinstance(default, bool):
+    return 'True or False'
+  if isinstance(default, int):
+    return 'an integer'
+  if isinstance(default, float):
+    return 'a finite number'
+  if isinstance(default, str):
+    return 'a string'
+  if isinstance(default, tuple):
+    return 'a tuple'
+  return 'a section (an ml_collections.ConfigDict)'
+
+
+def _has_type(value, default) -> bool:
+  """Whether ``value`` can stand for ``default``: the same kind of value,
+  an int where a float is (never a bool where a number is), a list where a
+  tuple is (JSON has no tuples), and floats finite."""
+  if isinstance(default, bool):
+    return isinstance(value, bool)
+  if isinstance(value, bool):
+    return False
+  if isinstance(default, int):
+    return isinstance(value, numbers.Integral)
+  if isinstance(default, float):
+    return isinstance(value, numbers.Real) and math.isfinite(value)
+  if isinstance(default, str):
+    return isinstance(value, str)
+  if isinstance(default, tuple):
+    return isinstance(value, (tuple, list))
+  return isinstance(value, ml_collections.ConfigDict)
+
+
+def _type_message(name: str, value, default) -> str:
+  if isinstance(value, float) and isinstance(default, float):
+    return f'{name}={value!r} is not finite; use a finite number.'
+  return (f'{name}={value!r} has type {type(value).__name__}; use '
+          f'{_wanted(default)}.')
+
+
+def _check_elements(name: str, value, default: tuple,
+                    errors: list[str]) -> None:
+  """The elements of a tuple field: sharding.rules' pairs, or each element
+  of the kind of the default's (mesh sizes, mixture weights)."""
+  if name == 'sharding.rules':
+    for rule in value:
+      pair = isinstance(rule, (tuple, list)) and len(rule) == 2
+      axes = rule[1] if pair else None
+      _check(pair and isinstance(rule[0], str)
+             and (axes is None or isinstance(axes, str)
+                  or (isinstance(axes, (tuple, list))
+                      and all(isinstance(a, str) for a in axes))),
+             f'sharding.rules holds {rule!r}; use (logical axis, mesh axes) '
+             'pairs, the mesh axes a name, a tuple of names or None, as in '
+             'config_lib.DEFAULT_RULES.', errors)
+    return
+  if len({type(v) for v in default}) != 1:
+    return
+  for i, element in enumerate(value):
+    if not _has_type(element, default[0]):
+      errors.append(_type_message(f'{name}[{i}]', element, default[0]))
+
+
+def _check_types(cfg, default, prefix: str, errors: list[str],
+                 known_only: bool = False) -> None:
+  """Each field of the section ``cfg`` has the type of its ``default`` (the
+  same section of ``base_config()``); unless ``known_only``, every field is
+  there and no other is (a misspelt field in a config file would otherwise
+  be ignored)."""
+  for key in default:
+    name = f'{prefix}{key}'
+    if key not in cfg:
+      if not known_only:
+        errors.append(f'{name} is missing; use a config built from '
+                      'config_lib.base_config().')
+      continue
+    value, want = cfg[key], default[key]
+    if not _has_type(value, want):
+      errors.append(_type_message(name, value, want))
+    elif name == 'data.mixture':   # Named corpus sections.
+      for component in value:
+        if isinstance(value[component], ml_collections.ConfigDict):
+          # Missing or extra fields are _check_corpus's to report.
+          _check_types(value[component], corpus_config(),
+                       f'{name}.{component}.', errors, known_only=True)
+    elif isinstance(want, ml_collections.ConfigDict):
+      _check_types(value, want, f'{name}.', errors, known_only)
+    elif isinstance(want, tuple):
+      _check_elements(name, value, want, errors)
+  if not known_only:
+    for key in cfg:
+      _check(key in default, f'{prefix}{key} is not a field; use one of '
+             f'{sorted(default)}.', errors)
 
 
 def validate(cfg) -> None:
   """Raises ValueError listing every problem found in ``cfg``."""
   errors: list[str] = []
+  # Types first: the checks below compare values.
+  _check_types(cfg, base_config(), '', errors)
+  if errors:
+    raise ValueError('invalid config:\n  ' + '\n  '.join(errors))
   m, d, k, o = cfg.model, cfg.data, cfg.masking, cfg.optimizer
+  _check(0 <= cfg.seed < SEED_LIMIT, f'seed={cfg.seed} must be in [0, '
+         '2**32): JAX keeps its low 32 bits, so seed and seed + 2**32 draw '
+         'the same numbers.', errors)
   _check(m.size in bert_lib.SIZES,
          f'model.size={m.size!r}; use one of {sorted(bert_lib.SIZES)}.',
          errors)
-  if m.size in bert_lib.SIZES:
+  dims = ('hidden_size', 'num_layers', 'num_heads', 'intermediate_size')
+  for name in dims:
+    _check(m[name] >= 0, f'model.{name}={m[name]} must be >= 0 (0 = '
+           'model.size\'s).', errors)
+  if m.size in bert_lib.SIZES and min(m[name] for name in dims) >= 0:
     layers, hidden, heads = bert_lib.SIZES[m.size]
     layers = m.num_layers or layers
     hidden, heads = m.hidden_size or hidden, m.num_heads or heads
@@ -411,6 +535,16 @@ def validate(cfg) -> None:
   _check(m.embedding_size >= 0,
          f'model.embedding_size={m.embedding_size} must be >= 0 (0 = the '
          'hidden size, no factorization).', errors)
+  _check(m.sbo_positions >= 0, f'model.sbo_positions={m.sbo_positions} '
+         'must be >= 0 (SpanBERT uses 200).', errors)
+  _check(m.max_position_embeddings >= 1, 'model.max_position_embeddings='
+         f'{m.max_position_embeddings} must be >= 1.', errors)
+  _check(m.type_vocab_size >= 0, 'model.type_vocab_size='
+         f'{m.type_vocab_size} must be >= 0 (0 = no token-type embedding; '
+         'BERT uses 2).', errors)
+  _check(m.layer_norm_epsilon > 0, 'model.layer_norm_epsilon='
+         f'{m.layer_norm_epsilon} must be > 0 (BERT uses 1e-12, RoBERTa '
+         '1e-5).', errors)
   _check(m.gelu in ('tanh', 'exact'),
          f"model.gelu={m.gelu!r}; use 'tanh' (BERT) or 'exact' (RoBERTa).",
          errors)
@@ -421,12 +555,14 @@ def validate(cfg) -> None:
          'model.attend_across_documents=False separates the documents '
          'packed in a row, which only data.layout=full_sentences has (in '
          f'{d.layout!r} a [SEP] separates segments A and B, which must '
-         'attend to each other), and only for objective.name=bert.', errors)
+         'attend to each other), and only for objective.name=bert; use '
+         'True otherwise.', errors)
   _check(not m.scan_layers or (cfg.objective.name == 'bert'
                                 and not m.num_layer_groups),
          'model.scan_layers=True needs objective.name=bert and no layer '
          'sharing (model.num_layer_groups=0): ELECTRA, distillation and '
-         "ALBERT's shared layers address layers by name.", errors)
+         "ALBERT's shared layers address layers by name; use False "
+         'otherwise.', errors)
   _check(cfg.step_rng in STEP_RNGS,
          f'step_rng={cfg.step_rng!r}; use one of {STEP_RNGS}.', errors)
   _check(m.attention in ('auto',) + bert_lib.ATTENTION_IMPLS,
@@ -451,7 +587,8 @@ def validate(cfg) -> None:
          f'data.max_seq_length={d.max_seq_length} exceeds '
          f'model.max_position_embeddings={m.max_position_embeddings}: the '
          'model has no position embedding beyond that. Lower '
-         'data.max_seq_length or raise model.max_position_embeddings.',
+         'data.max_seq_length or raise model.max_position_embeddings: '
+         'data.max_seq_length must be <= model.max_position_embeddings.',
          errors)
   _check(d.max_seq_length >= 8, f'data.max_seq_length={d.max_seq_length} '
          'must be at least 8.', errors)
@@ -468,6 +605,11 @@ def validate(cfg) -> None:
          '>= 0 (0 = no worker processes).', errors)
   _check(d.num_threads >= 1, f'data.num_threads={d.num_threads} must be '
          '>= 1.', errors)
+  _check(d.prefetch_batches >= 0, 'data.prefetch_batches='
+         f'{d.prefetch_batches} must be >= 0 (0 = no prefetching).', errors)
+  _check(0 <= d.split_seed < COUNTER_LIMIT, f'data.split_seed={d.split_seed}'
+         ' must be in [0, 2**63) (the pipeline hashes it as a 64-bit '
+         'counter).', errors)
   _check(cfg.objective.name in OBJECTIVES,
          f'objective.name={cfg.objective.name!r}; use one of {OBJECTIVES}.',
          errors)
@@ -478,50 +620,93 @@ def validate(cfg) -> None:
     _check(electra_lib.num_slots(e.mask_prob, d.max_seq_length) >= 1,
            f'electra.mask_prob={e.mask_prob} with data.max_seq_length='
            f'{d.max_seq_length} gives no prediction slots '
-           '(int((mask_prob + 0.005) * L) = 0).', errors)
+           '(int((mask_prob + 0.005) * L) = 0); use a mask_prob that gives '
+           'one (ELECTRA uses 0.15).', errors)
     _check(0 <= e.mask_token_prob <= 1,
            f'electra.mask_token_prob={e.mask_token_prob} must be in [0, 1].',
            errors)
     _check(e.temperature > 0,
            f'electra.temperature={e.temperature} must be > 0.', errors)
-    _check(min(e.generator_weight, e.discriminator_weight) >= 0,
-           'electra.generator_weight and electra.discriminator_weight must '
-           'be >= 0.', errors)
+    for name in ('generator_weight', 'discriminator_weight'):
+      _check(e[name] >= 0, f'electra.{name}={e[name]} must be >= 0.', errors)
+    _check(bool(e.generator_weight or e.discriminator_weight),
+           f'electra.generator_weight={e.generator_weight} and '
+           f'electra.discriminator_weight={e.discriminator_weight}: the loss '
+           'is 0; use weights > 0 (ELECTRA uses 1 and 50).', errors)
+    fractions = ('generator_hidden_fraction', 'generator_layers_fraction')
+    for name in fractions:
+      _check(0 < e[name] <= 1, f'electra.{name}={e[name]} must be in (0, 1]'
+             ': the generator is at most as wide and deep as the '
+             'discriminator.', errors)
+    if (m.size in bert_lib.SIZES and min(m[name] for name in dims) >= 0
+        and all(0 < e[name] <= 1 for name in fractions)):
+      layers, hidden, heads = bert_lib.SIZES[m.size]
+      discriminator = bert_lib.BertConfig(
+          vocab_size=1, hidden_size=m.hidden_size or hidden,
+          num_layers=m.num_layers or layers, num_heads=m.num_heads or heads)
+      try:   # Its rules: a layer, a unit, a width its heads divide.
+        electra_lib.generator_config(discriminator,
+                                     e.generator_hidden_fraction,
+                                     e.generator_layers_fraction)
+      except ValueError as error:
+        errors.append(f'{error} Use fractions whose generator has a layer '
+                      'and a width that its heads (width // 64) divide.')
   if cfg.objective.name == 'distillation':
     t = cfg.distillation
     _check(t.temperature > 0,
            f'distillation.temperature={t.temperature} must be > 0.', errors)
-    _check(min(t.kl_weight, t.mlm_weight, t.cosine_weight) >= 0,
-           'distillation weights (kl_weight, mlm_weight, cosine_weight) '
-           'must be >= 0.', errors)
-  _check(cfg.objective.sbo_weight >= 0,
-         f'objective.sbo_weight={cfg.objective.sbo_weight} must be >= 0.',
-         errors)
+    weights = ('kl_weight', 'mlm_weight', 'cosine_weight')
+    for name in weights:
+      _check(t[name] >= 0, f'distillation.{name}={t[name]} must be >= 0.',
+             errors)
+    _check(any(t[name] for name in weights),
+           'distillation.kl_weight, distillation.mlm_weight and '
+           'distillation.cosine_weight are all 0: the loss is 0; use '
+           'weights > 0 (DistilBERT uses 5, 2 and 1).', errors)
+    _check(t.student_layers >= 0, 'distillation.student_layers='
+           f'{t.student_layers} must be >= 0 (0 = half the teacher\'s).',
+           errors)
+    # pretraining.prepare_config reads the teacher's run itself.
+    _check(bool(t.teacher_workdir) and os.path.isdir(t.teacher_workdir),
+           f'distillation.teacher_workdir={t.teacher_workdir!r} is not a '
+           'directory; use the workdir of a finished bertjax run '
+           '(objective.name=bert), e.g. $WORK/bert-base.', errors)
+  for name in ('mlm_weight', 'nsp_weight', 'sbo_weight'):
+    value = cfg.objective[name]
+    _check(value >= 0, f'objective.{name}={value} must be >= 0.', errors)
   _check(not cfg.objective.sbo_weight or m.sbo_positions >= 1,
          f'model.sbo_positions={m.sbo_positions}: the span boundary head '
          '(objective.sbo_weight > 0) needs at least one relative position; '
-         'SpanBERT uses 200.', errors)
+         'use >= 1 (SpanBERT uses 200).', errors)
   _check(d.layout != 'full_sentences' or not cfg.objective.nsp_weight,
-         'data.layout="full_sentences" has no sentence pairs: set '
+         'data.layout="full_sentences" has no sentence pairs: use '
          'objective.nsp_weight=0.', errors)
-  _check(bool(d.data_dir), 'data.data_dir must be set.', errors)
+  _check(bool(d.data_dir), "data.data_dir='' must be set: use a directory "
+         'for the tokenizer and tokenized data.', errors)
   tok = d.tokenizer
   if not tok.model_path:
     _check(tok.model_type in tokenizer_lib.MODEL_TYPES,
            f'data.tokenizer.model_type={tok.model_type!r}; use one of '
            f'{tokenizer_lib.MODEL_TYPES}.', errors)
     _check(tok.vocab_size > tokenizer_lib.NUM_SPECIAL + 1,
-           f'data.tokenizer.vocab_size={tok.vocab_size} is too small.',
-           errors)
+           f'data.tokenizer.vocab_size={tok.vocab_size} is too small: it '
+           f'must be > {tokenizer_lib.NUM_SPECIAL + 1} (the special pieces '
+           'and one more).', errors)
+    _check(tok.max_sentences >= 1, 'data.tokenizer.max_sentences='
+           f'{tok.max_sentences} must be >= 1 (sentences to train the '
+           'tokenizer on).', errors)
   else:
     _check(os.path.isfile(tok.model_path), 'data.tokenizer.model_path='
-           f'{tok.model_path!r} does not exist.', errors)
+           f'{tok.model_path!r} does not exist; use a SentencePiece model '
+           "file, or '' to train one on the corpus.", errors)
   _check(not d.gazetteer_path or os.path.isfile(d.gazetteer_path),
-         f'data.gazetteer_path={d.gazetteer_path!r} does not exist.', errors)
+         f'data.gazetteer_path={d.gazetteer_path!r} does not exist; use a '
+         "gazetteer file (one entity or phrase per line), or ''.", errors)
   mixture = d.get('mixture') or {}
   corpora = list(mixture.values()) if mixture else [d.corpus]
-  annotated = any(c.get('source') == 'files' and c.get('text_format') ==
-                  'jsonl' for c in corpora)
+  annotated = any(isinstance(c, ml_collections.ConfigDict)
+                  and c.get('source') == 'files'
+                  and c.get('text_format') == 'jsonl' for c in corpora)
   _check(k.strategy != 'entity' or bool(d.gazetteer_path) or annotated,
          'masking.strategy="entity" needs entity/phrase units: set '
          'data.gazetteer_path to a gazetteer file (one entity or phrase per '
@@ -547,7 +732,8 @@ def validate(cfg) -> None:
          f'{k.audit_tolerance} must be >= 0 (0 = no audit).', errors)
   _check(k.max_predictions_per_seq <= d.max_seq_length,
          f'masking.max_predictions_per_seq={k.max_predictions_per_seq} '
-         f'exceeds data.max_seq_length={d.max_seq_length}.', errors)
+         f'exceeds data.max_seq_length={d.max_seq_length}; it must be at '
+         'most that.', errors)
   _check(o.name in optim.OPTIMIZERS,
          f'optimizer.name={o.name!r}; use one of {optim.OPTIMIZERS}.', errors)
   _check(o.schedule in optim.SCHEDULES,
@@ -562,9 +748,10 @@ def validate(cfg) -> None:
     _check(0 <= getattr(o, name) < 1,
            f'optimizer.{name}={getattr(o, name)} must be in [0, 1).', errors)
   _check(o.eps > 0, f'optimizer.eps={o.eps} must be > 0.', errors)
-  _check(o.weight_decay >= 0 and o.grad_clip_norm >= 0,
-         'optimizer.weight_decay and optimizer.grad_clip_norm must be >= 0.',
-         errors)
+  _check(o.weight_decay >= 0, f'optimizer.weight_decay={o.weight_decay} '
+         'must be >= 0.', errors)
+  _check(o.grad_clip_norm >= 0, 'optimizer.grad_clip_norm='
+         f'{o.grad_clip_norm} must be >= 0 (0 = no clipping).', errors)
   _check(cfg.total_steps >= 1, f'total_steps={cfg.total_steps} must be '
          '>= 1.', errors)
   _check(0 <= cfg.num_train_steps <= cfg.total_steps,
@@ -601,10 +788,11 @@ def validate(cfg) -> None:
   for logical, axes in sh.rules:
     named = (axes,) if isinstance(axes, str) else tuple(axes or ())
     _check(all(a in sharding_lib.MESH_AXES for a in named),
-           f'sharding.rules maps {logical!r} to {axes!r}; mesh axes are '
-           f'{sharding_lib.MESH_AXES}.', errors)
+           f'sharding.rules maps {logical!r} to {axes!r}; use mesh axes '
+           f'from {sharding_lib.MESH_AXES}, or None.', errors)
   _check(cfg.init_from == '' or os.path.isdir(cfg.init_from),
-         f'init_from={cfg.init_from!r} is not a directory.', errors)
+         f'init_from={cfg.init_from!r} is not a directory; use the workdir '
+         "of an earlier run, or '' for none.", errors)
   if not errors:   # Mixes of fields, once each field is valid on its own.
     errors.extend(config_check.errors_for(cfg))
   if errors:

@@ -1,0 +1,363 @@
+"""Every field of config_lib.base_config() is checked by config_lib.validate.
+
+INVALID holds bad values for every field that has any, ANY_VALUE the fields
+that take any value of their type; a field added to base_config() must join
+one of them. Each bad value is set on demo_config() (with the context it
+needs, e.g. objective.name='electra' for electra.*), and validate must fail
+with a message that names the field and what it may be.
+"""
+
+import dataclasses
+import glob
+import json
+import math
+import os
+import re
+from typing import Any
+
+import ml_collections
+import pytest
+
+from bertjax import config_lib
+import preset_helpers
+
+# Paths that exist: validate checks only that a directory or file is there.
+_DIR = os.path.dirname(os.path.abspath(__file__))
+_FILE = os.path.abspath(__file__)
+
+
+@dataclasses.dataclass(frozen=True)
+class _With:
+  """A bad value that is bad only with other fields set (``context``)."""
+  value: Any
+  context: dict
+
+
+_ELECTRA = {'objective.name': 'electra'}
+_DISTILLATION = {'objective.name': 'distillation',
+                 'distillation.teacher_workdir': _DIR}
+_FILES = {'data.corpus.source': 'files', 'data.corpus.path': _DIR}
+_TFDS = {'data.corpus.source': 'tfds',
+         'data.corpus.tfds_name': 'wikipedia/20230601.en:text'}
+_SPAN_BOUNDARY = {'objective.sbo_weight': 1.0}
+# A discriminator whose half width (129) its two generator heads do not
+# divide.
+_ODD_GENERATOR = dict(_ELECTRA, **{'model.hidden_size': 258})
+
+# demo_config(): tiny (2 layers, width 128, 2 heads), 128 positions and
+# tokens, layout 'nsp', batch 32, 1200 steps, 100 warmup steps.
+INVALID = {
+    'seed': [-1, 2**32],
+    'step_rng': ['philox'],
+    'batch_size': [0],
+    'total_steps': [0],
+    'num_train_steps': [-1, 1201],
+    'init_from': ['/no/such/workdir', _FILE],
+    'model.size': ['huge'],
+    'model.hidden_size': [-1, 129],
+    'model.num_layers': [-1],
+    'model.num_heads': [-1, 3],
+    'model.intermediate_size': [-1],
+    'model.embedding_size': [-1],
+    'model.num_layer_groups': [-1, 3],
+    'model.sbo_positions': [-1, _With(0, _SPAN_BOUNDARY)],
+    'model.max_position_embeddings': [0, 64],
+    'model.type_vocab_size': [-1, 1],   # 1: segment B has type 1.
+    'model.hidden_dropout_rate': [-0.1, 1.0],
+    'model.attention_dropout_rate': [-0.1, 1.0],
+    'model.layer_norm_epsilon': [0.0, -1e-12],
+    'model.gelu': ['relu'],
+    'model.dtype': ['float16'],
+    'model.param_dtype': ['float16'],
+    'model.remat': ['some'],
+    'model.scan_layers': [_With(True, _ELECTRA),
+                          _With(True, {'model.num_layer_groups': 1})],
+    'model.attend_across_documents': [False],   # Pairs need to attend.
+    'model.attention': ['flash'],
+    'objective.name': ['t5'],
+    'objective.mlm_weight': [-1.0, _With(0.0, {'objective.nsp_weight': 0.0})],
+    'objective.nsp_weight': [-1.0, _With(1.0, {'data.layout':
+                                              'full_sentences',
+                                              'objective.nsp_weight': 0.0})],
+    'objective.sbo_weight': [-1.0],
+    'electra.generator_hidden_fraction': [
+        _With(0.0, _ELECTRA), _With(1.5, _ELECTRA),
+        _With(0.001, _ELECTRA),            # round(0.128) = 0 units.
+        _With(0.5, _ODD_GENERATOR)],
+    'electra.generator_layers_fraction': [
+        _With(0.0, _ELECTRA), _With(2.0, _ELECTRA),
+        _With(0.1, _ELECTRA)],             # round(0.2) = 0 layers.
+    'electra.mask_prob': [_With(0.0, _ELECTRA), _With(1.0, _ELECTRA),
+                          _With(0.001, _ELECTRA)],   # No slot in 128.
+    'electra.mask_token_prob': [_With(-0.1, _ELECTRA), _With(1.5, _ELECTRA)],
+    'electra.temperature': [_With(0.0, _ELECTRA)],
+    'electra.generator_weight': [
+        _With(-1.0, _ELECTRA),
+        _With(0.0, dict(_ELECTRA, **{'electra.discriminator_weight': 0.0}))],
+    'electra.discriminator_weight': [_With(-1.0, _ELECTRA)],
+    'distillation.teacher_workdir': [_With('', _DISTILLATION),
+                                     _With('/no/such/teacher', _DISTILLATION)],
+    'distillation.student_layers': [_With(-1, _DISTILLATION)],
+    'distillation.temperature': [_With(0.0, _DISTILLATION)],
+    'distillation.kl_weight': [
+        _With(-1.0, _DISTILLATION),
+        _With(0.0, dict(_DISTILLATION, **{'distillation.mlm_weight': 0.0,
+                                          'distillation.cosine_weight': 0.0}))],
+    'distillation.mlm_weight': [_With(-1.0, _DISTILLATION)],
+    'distillation.cosine_weight': [_With(-1.0, _DISTILLATION)],
+    'data.corpus.source': ['web'],
+    'data.corpus.path': [_With('', _FILES)],
+    'data.corpus.text_format': [_With('xml', _FILES)],
+    'data.corpus.tfds_name': [_With('', _TFDS), _With('wikipedia', _TFDS)],
+    'data.corpus.tfds_split': [_With('', _TFDS)],
+    'data.corpus.max_documents': [-1],
+    'data.mixture': [{'only': config_lib.corpus_config()},
+                     {'a': config_lib.corpus_config(),
+                      'b': config_lib.corpus_config(source='web')}],
+    'data.mixture_exponent': [-0.1, 1.5],
+    'data.tokenizer.model_path': ['/no/such/model'],
+    'data.tokenizer.vocab_size': [5],
+    'data.tokenizer.model_type': ['wordpiece'],
+    'data.tokenizer.max_sentences': [0],
+    'data.data_dir': [''],
+    'data.gazetteer_path': ['/no/such/gazetteer'],
+    'data.eval_fraction': [0.0, 1.0],
+    'data.split_seed': [-1, 2**63],
+    'data.layout': ['packed'],
+    'data.max_seq_length': [4, 256],
+    'data.short_seq_prob': [-0.1, 1.5],
+    'data.dupe_factor': [0],
+    'data.num_threads': [0],
+    'data.num_workers': [-1],
+    'data.prefetch_batches': [-1],
+    'masking.strategy': ['random', 'entity'],   # entity: no units given.
+    'masking.rate': [0.0, 1.0],
+    'masking.max_predictions_per_seq': [0, 129],
+    'masking.mask_token_prob': [-0.1, 0.95],    # 0.95 + 0.1 > 1.
+    'masking.random_token_prob': [-0.1, 0.3],
+    'masking.corruption_unit': ['word'],
+    'masking.random_source': ['zipf'],
+    'masking.max_ngram': [0],
+    'masking.span_geometric_p': [0.0, 1.5],
+    'masking.span_lower': [0, 11],
+    'masking.span_upper': [0],
+    'masking.entity_mixture': [(0.5, 0.5), (0.5, 0.6, 0.1),
+                               (-0.5, 0.5, 1.0)],
+    'masking.audit_tolerance': [-0.1],
+    'optimizer.name': ['sgd'],
+    'optimizer.schedule': ['cosine'],
+    'optimizer.learning_rate': [0.0, -1e-3],
+    'optimizer.warmup_steps': [-1, 1201],
+    'optimizer.b1': [-0.1, 1.0],
+    'optimizer.b2': [-0.1, 1.0],
+    'optimizer.eps': [0.0],
+    'optimizer.weight_decay': [-0.01],
+    'optimizer.grad_clip_norm': [-1.0],
+    'sharding.mesh_shape': [(1, 1), (0, 1, 1), (-1, -1, 1)],
+    'sharding.replicas': [0],
+    'sharding.rules': [(('embed', 'model'),), (('embed',),),
+                       (('embed', ('fsdp', 1)),)],
+    'eval.num_batches': [0],
+    'divergence.policy': ['warn'],
+    'divergence.halt_after': [0],
+    'divergence.spike_factor': [-1.0, 0.5],
+    'divergence.spike_window': [0],
+    'log_every_steps': [0],
+    'eval_every_steps': [0],
+    'checkpoint_every_steps': [0],
+    'keep_checkpoints': [0],
+}
+
+# Fields that take any value of their type (the type is still checked).
+ANY_VALUE = (
+    # '' = TFDS's default; the directory is TFDS's to find when it reads.
+    'data.corpus.tfds_data_dir',
+    # Both are valid (config_check warns about static masks made once).
+    'masking.dynamic',
+)
+
+# A message says what the field may be: a range, a rule or values to use
+# (config_check's messages say which to set).
+_ALLOWED = re.compile(r'\b(use|must|at least|at most|set)\b', re.IGNORECASE)
+
+
+def _leaves(section, prefix=''):
+  """Dotted names of the fields of ``section``; an empty section (the
+  mixture) counts as a field."""
+  for key in section:
+    value = section[key]
+    if isinstance(value, ml_collections.ConfigDict) and value:
+      yield from _leaves(value, f'{prefix}{key}.')
+    else:
+      yield f'{prefix}{key}'
+
+
+def _config(fields: dict) -> ml_collections.ConfigDict:
+  """demo_config() with dotted ``fields`` set, built from a dict so that a
+  value of the wrong type gets in (a ConfigDict refuses it, JSON doesn't)."""
+  d = config_lib.demo_config().to_dict()
+  for key, value in fields.items():
+    *parents, leaf = key.split('.')
+    section = d
+    for p in parents:
+      section = section[p]
+    if isinstance(value, dict):
+      value = {k: v.to_dict() if isinstance(v, ml_collections.ConfigDict)
+               else v for k, v in value.items()}
+    section[leaf] = value
+  return ml_collections.ConfigDict(d)
+
+
+def _names(field: str, message: str) -> bool:
+  """Whether ``message`` names ``field`` (not one that ends with it)."""
+  return re.search(rf'(?<![\w.]){re.escape(field)}\b', message) is not None
+
+
+def _error(fields: dict) -> str:
+  with pytest.raises(ValueError) as e:
+    config_lib.validate(_config(fields))
+  return str(e.value)
+
+
+def _cases():
+  for field, values in INVALID.items():
+    for value in values:
+      context = value.context if isinstance(value, _With) else {}
+      value = value.value if isinstance(value, _With) else value
+      shown = sorted(value) if isinstance(value, dict) else value
+      yield pytest.param(field, value, context, id=f'{field}={shown!r}')
+
+
+def test_every_field_is_classified():
+  leaves = set(_leaves(config_lib.base_config()))
+  assert not set(INVALID) & set(ANY_VALUE)
+  assert sorted(leaves - set(INVALID) - set(ANY_VALUE)) == [], (
+      'new fields: add bad values to INVALID, or the field to ANY_VALUE')
+  assert sorted((set(INVALID) | set(ANY_VALUE)) - leaves) == []
+
+
+def test_demo_and_every_context_are_valid():
+  contexts = [{}] + [v.context for values in INVALID.values() for v in values
+                     if isinstance(v, _With)]
+  for context in contexts:
+    config_lib.validate(_config(context))
+
+
+@pytest.mark.parametrize('field, value, context', list(_cases()))
+def test_bad_value_fails_naming_the_field_and_what_it_may_be(field, value,
+                                                            context):
+  message = _error({**context, field: value})
+  assert _names(field, message), message
+  for line in message.splitlines()[1:]:   # One problem a line.
+    assert _ALLOWED.search(line), line
+
+
+def _get(cfg, field: str):
+  for key in field.split('.'):
+    cfg = cfg[key]
+  return cfg
+
+
+def _wrong_type(default):
+  """A value of another type than ``default``'s (an integral float where an
+  int is, as a JSON config or a Python file can give)."""
+  if isinstance(default, bool):
+    return 1
+  if isinstance(default, int):
+    return float(default)
+  if isinstance(default, str):
+    return 0
+  return 'x'
+
+
+@pytest.mark.parametrize('field', sorted(_leaves(config_lib.base_config())))
+def test_wrong_type_fails_naming_the_field(field):
+  message = _error({field: _wrong_type(_get(config_lib.base_config(),
+                                            field))})
+  assert _names(field, message) and 'has type' in message, message
+  assert _ALLOWED.search(message)
+
+
+def test_every_float_must_be_finite():
+  base = config_lib.base_config()
+  floats = [f for f in _leaves(base) if isinstance(_get(base, f), float)]
+  assert 'optimizer.learning_rate' in floats
+  for field in floats:
+    for value in (math.nan, math.inf):
+      message = _error({field: value})
+      assert f'{field}={value!r} is not finite; use a finite number.' in (
+          message)
+
+
+@pytest.mark.parametrize('fields, message', [
+    ({'batch_size': 32.0}, 'batch_size=32.0 has type float; use an integer.'),
+    ({'batch_size': True}, 'batch_size=True has type bool; use an integer.'),
+    ({'model.scan_layers': 1},
+     'model.scan_layers=1 has type int; use True or False.'),
+    ({'sharding.mesh_shape': (-1, 1.0, 1)},
+     'sharding.mesh_shape[1]=1.0 has type float; use an integer.'),
+    ({'masking.entity_mixture': (0.5, '0.5', 0.0)},
+     "masking.entity_mixture[1]='0.5' has type str; use a finite number."),
+    ({'data.mixture': {'a': dict(config_lib.corpus_config().to_dict(),
+                                 max_documents=1.5),
+                       'b': config_lib.corpus_config()}},
+     'data.mixture.a.max_documents=1.5 has type float; use an integer.'),
+])
+def test_type_messages(fields, message):
+  assert message in _error(fields)
+
+
+def test_lists_stand_for_tuples():
+  """A config read back from JSON holds lists."""
+  saved = json.loads(json.dumps(config_lib.demo_config().to_dict()))
+  config_lib.validate(config_lib.from_saved(saved))
+
+
+def test_misspelt_and_missing_fields_fail():
+  d = config_lib.demo_config().to_dict()
+  d['optimizer']['warmup_step'] = 5
+  del d['model']['gelu']
+  with pytest.raises(ValueError) as e:
+    config_lib.validate(ml_collections.ConfigDict(d))
+  assert 'optimizer.warmup_step is not a field; use one of [' in str(e.value)
+  assert 'model.gelu is missing; use a config built from' in str(e.value)
+
+
+# ---- Every preset validates, with what it needs from outside.
+
+PRESETS = {
+    'bert': [None, 'size=large', 'size=base,phase=2', 'size=large,phase=2'],
+    'bert_wwm': [None], 'ngram_masking': [None], 'span_masking': [None],
+    'albert': ['size=base', 'size=large'], 'spanbert': [None],
+    'roberta': ['size=base', 'size=large'],
+    'electra': ['size=small', 'size=base'], 'demo': [None],
+    'mixture': [None, 'size=base'],
+    'ernie': ['stage=word', 'stage=entity', 'stage=mixed'],
+    'distilbert': [None],
+}
+# What a preset needs from outside the repo.
+_NEEDS = {
+    'mixture': {'data.mixture.files.path': _FILE},
+    'ernie': {'data.gazetteer_path': _FILE},
+    'distilbert': {'distillation.teacher_workdir': _DIR},
+}
+NOT_PRETRAINING = ('finetune',)   # finetune.validate checks it.
+
+
+def test_every_preset_is_listed():
+  names = {os.path.basename(p)[:-3] for p in
+           glob.glob(os.path.join(preset_helpers.CONFIGS, '*.py'))}
+  assert names == set(PRESETS) | set(NOT_PRETRAINING) | {'imported'}
+
+
+@pytest.mark.parametrize('name, arg', [(n, a) for n, args in PRESETS.items()
+                                       for a in args])
+def test_preset_is_valid(name, arg):
+  c = preset_helpers.load_preset(name, arg)
+  config_lib.validate(preset_helpers.set_fields(c, _NEEDS.get(name, {})))
+
+
+def test_imported_preset_is_valid(tmp_path):
+  path = tmp_path / 'config.json'
+  path.write_text(json.dumps(config_lib.demo_config().to_dict()))
+  config_lib.validate(preset_helpers.load_preset('imported', str(path)))
