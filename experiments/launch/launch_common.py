@@ -1,5 +1,6 @@
 """What the TPU pod and SLURM launchers share: the trainer flags they own,
-the check of pass-through flags, and the split at ``--``."""
+the check of pass-through flags, the split at ``--``, and the exit status
+that asks for a relaunch."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
 # Trainer flags the launchers set themselves (or leave to SLURM and JAX).
 OWNED_FLAGS = ('config', 'workdir', 'multihost', 'coordinator_address',
                'num_processes', 'process_id')
+# bertjax.preemption.EXIT_PREEMPTED: the trainer stopped for a preemption
+# notice after writing a checkpoint, so rerunning it resumes. A copy, not an
+# import: that module imports jax, which a login node or laptop running the
+# launcher may lack (tests/experiments/test_launch.py checks they agree).
+EXIT_PREEMPTED = 75
 
 
 class LaunchError(ValueError):

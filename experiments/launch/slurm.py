@@ -15,7 +15,9 @@ The script (``WORKDIR/slurm.sbatch``, log ``WORKDIR/slurm-JOBID.out``):
 * ``#SBATCH`` resources: ``--nodes``, ``--ntasks-per-node`` (one process
   per GPU by default, or one per node with ``--processes=per_node``),
   ``--gpus-per-node``, ``--cpus-per-task``, ``--time``, and optionally
-  ``--partition``, ``--account`` and any ``--sbatch_flag``;
+  ``--partition``, ``--account`` and any ``--sbatch_flag``; then
+  ``--requeue``, ``--open-mode=append`` and ``--signal`` (preemption,
+  below);
 * ``--setup`` lines (``module load ...``, ``source venv/bin/activate``,
   cluster-specific NCCL variables), then ``cd`` to this checkout;
 * ``XLA_FLAGS`` for multi-GPU throughput (``GPU_XLA_FLAGS`` below; flags
@@ -28,7 +30,34 @@ The script (``WORKDIR/slurm.sbatch``, log ``WORKDIR/slurm-JOBID.out``):
   per node, ``JAX_LOCAL_DEVICE_IDS`` gives it all of them. ``srun
   --gpu-bind=none`` keeps every GPU of the node visible to every task for
   this; ``--kill-on-bad-exit`` ends the job when one process dies rather
-  than leaving the others waiting in a collective.
+  than leaving the others waiting in a collective;
+* the requeue on preemption.
+
+Preemption: ``#SBATCH --signal=TERM@SECONDS`` (``--signal_seconds``,
+default 300; 0: none) has SLURM send SIGTERM that long before the time
+limit (up to 60 s earlier, SLURM's resolution) to the tasks of the job
+steps, i.e. srun's trainers, and not to the batch shell or srun (which
+would answer SIGTERM by killing its tasks with SIGKILL): SLURM's default
+without the ``B:`` prefix. The trainers save a checkpoint at the next step
+and exit ``EXIT_PREEMPTED`` (75). Each task runs under a small ``bash``
+wrapper that turns that 75 into 0 after touching a mark file
+(``WORKDIR/preempted-JOBID``), because srun's ``--kill-on-bad-exit`` kills
+the other tasks at the first non-zero exit and then reports their signal,
+not 75: a task still shutting down would hide the preemption. The wrapper
+traps SIGTERM, which reaches every process of a task, to outlive it; the
+mark is seen at once by the script, even on NFS, since the first node,
+where the script runs, runs tasks too. When srun ends with 0 and the mark
+is there, the script runs ``scontrol requeue $SLURM_JOB_ID`` (allowed by
+``#SBATCH --requeue``): the job goes back to the queue and, when it starts
+again, reruns this script, which resumes from the checkpoint;
+``--open-mode=append`` keeps the log of the earlier runs.
+``--max_requeues`` (default 20) bounds this: past that many restarts
+(``SLURM_RESTART_COUNT``, which also counts SLURM's own requeues, after a
+node failure or its preemption) the script exits 75 and says how to
+resume. Any other status of srun is a failure: the script exits with it.
+SLURM's own preemption signals the tasks only if the cluster sets
+``PreemptParameters=send_user_signal`` (with ``PreemptMode=REQUEUE`` SLURM
+requeues the job itself).
 
 The mesh: ``sharding.replicas`` = nodes (pure data parallelism between
 nodes, over the slower inter-node network) unless given after ``--``;
@@ -49,9 +78,10 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launch_common import LaunchError, REPO  # pylint: disable=g-import-not-at-top,wrong-import-position
+from launch_common import EXIT_PREEMPTED, LaunchError, REPO  # pylint: disable=g-import-not-at-top,wrong-import-position
 from launch_common import check_overrides, split_argv  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 SCRIPT_NAME = 'slurm.sbatch'
@@ -89,6 +119,28 @@ GPU_XLA_FLAGS = (
 )
 TIME = re.compile(r'(\d+-)?\d+(:\d\d){0,2}')   # SLURM's --time formats.
 NAME = re.compile(r'[\w.-]+')
+MAX_SIGNAL_SECONDS = 65535   # sbatch --signal's sig_time range.
+# The per-task wrapper: the trainer's exit 75 becomes a mark ($1) and 0 (why:
+# the module docstring); the trap keeps it alive through the SIGTERM notice.
+TASK = ('trap : TERM; mark=$1; shift; "$@"; status=$?; '
+        f'if ((status == {EXIT_PREEMPTED})); then touch "$mark"; exit 0; fi; '
+        'exit "$status"')
+
+
+def time_limit_seconds(time: str) -> int:
+  """SLURM's ``--time`` in seconds (0: no limit). Formats: minutes,
+  minutes:seconds, hours:minutes:seconds, days-hours,
+  days-hours:minutes, days-hours:minutes:seconds."""
+  days, _, clock = time.rpartition('-')
+  parts = [int(part) for part in clock.split(':')]
+  if days:   # days-hours[:minutes[:seconds]]
+    hours, minutes, seconds = parts + [0] * (3 - len(parts))
+    hours += 24 * int(days)
+  elif len(parts) == 3:   # hours:minutes:seconds
+    hours, minutes, seconds = parts
+  else:   # minutes[:seconds]
+    hours, (minutes, seconds) = 0, parts + [0] * (2 - len(parts))
+  return (hours * 60 + minutes) * 60 + seconds
 
 
 def _overridden(overrides: list[str], field: str) -> bool:
@@ -107,6 +159,17 @@ def check_args(args, overrides: list[str]) -> None:
   if not TIME.fullmatch(args.time):
     raise LaunchError(f'--time={args.time!r}: use SLURM\'s formats, e.g. '
                       '24:00:00, 2-00:00:00 or 90 (minutes).')
+  if not 0 <= args.signal_seconds <= MAX_SIGNAL_SECONDS:
+    raise LaunchError(f'--signal_seconds={args.signal_seconds}: 0 (no '
+                      f'signal) to {MAX_SIGNAL_SECONDS}.')
+  limit = time_limit_seconds(args.time)
+  if args.signal_seconds and limit and args.signal_seconds >= limit:
+    # The notice would come before the trainer could take it.
+    raise LaunchError(f'--signal_seconds={args.signal_seconds}: not less '
+                      f'than --time={args.time} ({limit} s).')
+  if args.max_requeues < 0:
+    raise LaunchError(f'--max_requeues={args.max_requeues}: 0 (never '
+                      'requeue) or more.')
   if not 0 < args.mem_fraction <= 1:
     raise LaunchError(f'--mem_fraction={args.mem_fraction}: in (0, 1].')
   for option in ('job_name', 'partition', 'account'):
@@ -173,6 +236,10 @@ def sbatch_script(args, overrides: list[str]) -> str:
     lines.append(f'#SBATCH --account={args.account}')
   lines.append(f'#SBATCH --output={os.path.join(workdir, LOG_PATTERN)}')
   lines += [f'#SBATCH {flag}' for flag in args.sbatch_flag]
+  # Preemption (the module docstring): a requeued job appends to its log.
+  lines += ['#SBATCH --requeue', '#SBATCH --open-mode=append']
+  if args.signal_seconds:
+    lines.append(f'#SBATCH --signal=TERM@{args.signal_seconds}')
   lines += ['', 'set -eo pipefail', *args.setup, f'cd {shlex.quote(REPO)}',
             '']
   xla_flags = GPU_XLA_FLAGS + tuple(
@@ -196,8 +263,44 @@ def sbatch_script(args, overrides: list[str]) -> str:
   # srun no longer inherits --cpus-per-task from sbatch (SLURM 22.05+).
   srun = ['srun', '--kill-on-bad-exit=1', '--gpu-bind=none',
           f'--cpus-per-task={cpus}']
-  lines += ['', ' \\\n    '.join([shlex.join(srun + train[:3])] +
-                                   [shlex.quote(a) for a in train[3:]])]
+  mark = shlex.quote(os.path.join(workdir, 'preempted-')) + '"$SLURM_JOB_ID"'
+  notice = (f'SLURM sends it {args.signal_seconds} s before the time limit'
+            if args.signal_seconds else 'to the tasks')
+  comment = (
+      f'Preemption: at a SIGTERM ({notice}) the trainers save a checkpoint '
+      f'and exit {EXIT_PREEMPTED}. Each task turns that into the mark and '
+      'exit 0: srun --kill-on-bad-exit would kill the tasks still exiting '
+      'and report their signal instead. Preempted, the job is requeued: it '
+      'reruns this script, which resumes from the checkpoint.')
+  lines += [
+      '', *(f'# {line}' for line in textwrap.wrap(comment, 76)),
+      f'mark={mark}',
+      'rm -f "$mark"',
+      f'task={shlex.quote(TASK)}',
+      'status=0',
+      ' \\\n    '.join(
+          [shlex.join(srun), 'bash -c "$task" bertjax-task "$mark"',
+           shlex.join(train[:3])] + [shlex.quote(a) for a in train[3:]] +
+          ['|| status=$?']),
+      '',
+      'preempted=0',
+      'if [[ -e $mark ]]; then preempted=1; rm -f "$mark"; fi',
+      'if ((status != 0 || !preempted)); then',
+      '  exit "$status"   # 0: training finished.',
+      'fi',
+      'requeues=${SLURM_RESTART_COUNT:-0}',
+      f'if ((requeues >= {args.max_requeues})); then',
+      '  echo "bertjax: preempted; requeued $requeues time(s) already '
+      f'(--max_requeues={args.max_requeues}): not requeueing." >&2',
+      '  echo "The checkpoint is written; resume with: sbatch '
+      f'{shlex.quote(script_path(args))}" >&2',
+      f'  exit {EXIT_PREEMPTED}',
+      'fi',
+      'echo "bertjax: preempted; requeueing job $SLURM_JOB_ID '
+      f'($((requeues + 1)) of {args.max_requeues}) to resume from the '
+      'checkpoint."',
+      'scontrol requeue "$SLURM_JOB_ID"',
+  ]
   return '\n'.join(lines) + '\n'
 
 
@@ -263,6 +366,13 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                       help=f'0: {CPUS_PER_GPU} per GPU of a task.')
   parser.add_argument('--time', default='24:00:00',
                       help='wall-clock limit (SLURM format).')
+  parser.add_argument('--signal_seconds', type=int, default=300,
+                      help='SIGTERM the trainers this many seconds before '
+                      'the time limit, so that they save a checkpoint and '
+                      'the job is requeued; 0: no signal.')
+  parser.add_argument('--max_requeues', type=int, default=20,
+                      help='requeue a preempted job at most this many times '
+                      '(SLURM_RESTART_COUNT); 0: never.')
   parser.add_argument('--partition', default='')
   parser.add_argument('--account', default='')
   parser.add_argument('--job_name', default='bertjax')

@@ -30,7 +30,25 @@ printed as it starts and the launcher stops at the first that fails.
    ``nohup`` with its output in ``~/bertjax-train.log`` on each worker, and
    the launcher follows worker 0's log: Ctrl-C stops following, not
    training, and closing the laptop does not stop the run.
-5. With ``--delete_after``: ``gcloud compute tpus tpu-vm delete`` when the
+5. Relaunch after a preemption (not with ``--detach``, whose launcher never
+   sees training end). On a preemption notice the trainers save a
+   checkpoint and exit ``EXIT_PREEMPTED`` (75); the launcher then runs
+   step 4 again, in the same workdir, so training resumes. If training
+   fails otherwise, the launcher describes the slice: a Spot or preemptible
+   slice that was preempted is PREEMPTED (or TERMINATED, or gone), and ssh
+   to it fails with 255. The launcher then deletes it, creates it again,
+   ships and installs the code again (steps 1-3; the archive made in step 2
+   is reused) and relaunches training; only for a slice it created itself
+   with ``--spot`` or ``--preemptible``, or any slice with
+   ``--recreate_preempted`` (created with this launcher's ``create``
+   command). At most ``--max_restarts`` relaunches (default 20) in all;
+   any other failure stops the launcher at once, with training's status.
+   ``gcloud ... ssh --worker=all`` waits for every worker and exits with the
+   first non-zero status in worker order (255 where ssh itself failed, after
+   gcloud's retries), so the launcher sees one worker's status: the workers
+   are assumed to agree, as they do on a preemption (JAX's preemption
+   service has them all save the same step and exit 75).
+6. With ``--delete_after``: ``gcloud compute tpus tpu-vm delete`` when the
    launcher ends, whether training succeeded or not.
 
 Every worker must see the workdir, at the same absolute path: a filesystem
@@ -56,10 +74,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launch_common import LaunchError, REPO  # pylint: disable=g-import-not-at-top,wrong-import-position
+from launch_common import EXIT_PREEMPTED, LaunchError, REPO  # pylint: disable=g-import-not-at-top,wrong-import-position
 from launch_common import check_overrides, split_argv  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Runtime (--version) per TPU generation, from Cloud TPU's "TPU software
@@ -74,14 +92,32 @@ LIBTPU_LINKS = ('https://storage.googleapis.com/jax-releases/'
                 'libtpu_releases.html')
 ARCHIVE_NAME = 'bertjax-src.tar.gz'   # In each worker's home, while unpacked.
 LOG_NAME = 'bertjax-train.log'        # In each worker's home (--detach).
+MAX_RESTARTS = 20
+# States of a slice that was preempted (Spot, preemptible): it must be
+# deleted and created again ("Manage Spot/preemptible TPUs", Cloud TPU docs).
+PREEMPTED_STATES = ('PREEMPTED', 'TERMINATED')
+# What recreating a preempted slice runs again, in the plan's order.
+RECREATE_KINDS = ('create', 'copy', 'unpack', 'clone', 'install')
 
 
 class Step(NamedTuple):
   """One command of the launch. ``kind`` says how ``execute`` treats it."""
   kind: str   # describe, create, check, archive, copy, unpack, clone,
-              # install, train, follow, delete
+              # install, train, follow, delete_preempted, delete
   note: str   # What it is for; printed above the command.
   argv: tuple[str, ...]
+
+
+# Runs a step: the command's status, and for describe its output.
+Runner = Callable[[Step], subprocess.CompletedProcess]
+
+
+class TrainingFailed(LaunchError):
+  """Training ended with ``status`` (not 0) and will not be relaunched."""
+
+  def __init__(self, message: str, status: int):
+    super().__init__(message)
+    self.status = status
 
 
 def runtime_version(accelerator_type: str) -> str:
@@ -107,6 +143,13 @@ def check_args(args, overrides: list[str]) -> None:
     raise LaunchError('--repo_url and --commit go together: a clone of '
                       'that commit on every worker (without both, the '
                       "launcher ships this checkout's HEAD).")
+  if args.max_restarts < 0:
+    raise LaunchError(f'--max_restarts={args.max_restarts}: 0 (never '
+                      'relaunch) or more.')
+  if args.detach and args.recreate_preempted:
+    raise LaunchError('--detach and --recreate_preempted: a detached run '
+                      'is not followed to its end, so the launcher cannot '
+                      'see a preemption and relaunch.')
   if args.detach and args.delete_after:
     raise LaunchError('--detach and --delete_after: a detached run keeps '
                       'training after the launcher ends, so deleting the '
@@ -202,8 +245,15 @@ def plan(args, overrides: list[str]) -> list[Step]:
              on_workers(f'tail -n +1 -F ~/{LOG_NAME}', worker='0')),
     ]
   else:
-    steps.append(Step('train', 'Train on every worker, streaming the output:',
+    steps.append(Step('train', 'Train on every worker, streaming the output '
+                      f'(after exit {EXIT_PREEMPTED}, a preemption, again: '
+                      'it resumes):',
                       on_workers(f'cd {quoted_dir} && {env}{train}')))
+    if args.spot or args.preemptible or args.recreate_preempted:
+      steps.append(Step(
+          'delete_preempted', 'If the slice is found preempted: delete it, '
+          'create, ship and install again (the commands above), and train '
+          'again:', (*tpu, 'delete', name, *where, '--quiet')))
   if args.delete_after:
     steps.append(Step('delete', 'Delete the slice (when the launcher ends, '
                       'whether training succeeded or not):',
@@ -225,23 +275,41 @@ def _run(step: Step, **kwargs) -> subprocess.CompletedProcess:
                       ) from e
 
 
-def _must_run(step: Step) -> None:
-  result = _run(step)
+def run_step(step: Step) -> subprocess.CompletedProcess:
+  """The Runner that runs commands: output goes to the terminal, except
+  the describe step's, which is parsed."""
+  if step.kind == 'describe':
+    return _run(step, capture_output=True, text=True)
+  return _run(step)
+
+
+def _must_run(step: Step, run: Runner) -> None:
+  result = run(step)
   if result.returncode:
     raise LaunchError(f'exit status {result.returncode} from '
                       f'{shlex.join(step.argv)}\n({step.note.rstrip(":")})')
 
 
-def _slice_exists(step: Step, accelerator_type: str) -> bool:
-  """Runs the describe step: True for a READY slice of this type, False
-  for none; anything else is an error."""
-  result = _run(step, capture_output=True, text=True)
+def _slice_state(step: Step, run: Runner) -> tuple[str, str] | None:
+  """Runs the describe step: the slice's state and accelerator type, or
+  None if there is no such slice; anything else is an error."""
+  result = run(step)
   if result.returncode:
     if 'NOT_FOUND' in result.stderr or 'not found' in result.stderr.lower():
-      return False
+      return None
     raise LaunchError(f'gcloud could not describe the slice:\n'
                       f'{result.stderr.strip()}')
-  state, existing_type = (result.stdout.split() + ['', ''])[:2]
+  state, accelerator_type = (result.stdout.split() + ['', ''])[:2]
+  return state, accelerator_type
+
+
+def _slice_exists(step: Step, accelerator_type: str, run: Runner) -> bool:
+  """Runs the describe step: True for a READY slice of this type, False
+  for none; anything else is an error."""
+  found = _slice_state(step, run)
+  if found is None:
+    return False
+  state, existing_type = found
   if state != 'READY':
     raise LaunchError(f'the slice exists but is {state or "in no state"}, '
                       'not READY: delete it (gcloud compute tpus tpu-vm '
@@ -254,9 +322,74 @@ def _slice_exists(step: Step, accelerator_type: str) -> bool:
   return True
 
 
-def execute(steps: list[Step], accelerator_type: str) -> None:
-  """Runs the steps; deletes the slice at the end if a delete step is
-  planned and the slice was reached."""
+def train_until_done(steps: list[Step], run: Runner, max_restarts: int,
+                     may_recreate: bool) -> None:
+  """Runs the train step until training ends, relaunching it after each
+  preemption (at most ``max_restarts`` times in all).
+
+  After training's status (one worker's: the module docstring, step 5):
+
+  * 0: training finished.
+  * ``EXIT_PREEMPTED``: the checkpoint is written; train again (resumes).
+  * any other: the slice is described. If it is PREEMPTED, TERMINATED or
+    gone and ``may_recreate``, it is deleted (unless gone) and the steps of
+    ``RECREATE_KINDS`` run again before training; otherwise training failed.
+
+  Raises:
+    TrainingFailed: a failure, or a preemption past ``max_restarts``.
+    LaunchError: a command of the recreation failed.
+  """
+  train = next(s for s in steps if s.kind == 'train')
+  describe = next(s for s in steps if s.kind == 'describe')
+  delete = [s for s in steps if s.kind == 'delete_preempted']
+  recreate = [s for s in steps if s.kind in RECREATE_KINDS]
+  restarts = 0
+  while True:
+    status = run(train).returncode
+    if status == 0:
+      return
+    found = None
+    if status == EXIT_PREEMPTED:
+      why = (f'exit status {status}: training was preempted and saved a '
+             'checkpoint')
+    else:
+      found = _slice_state(describe, run)
+      state = found[0] if found else 'gone'
+      if found and state not in PREEMPTED_STATES:
+        raise TrainingFailed(
+            f'exit status {status} from {shlex.join(train.argv)}\n(the '
+            f'slice is {state or "in no state"}: a failure, not a '
+            'preemption, so no relaunch)', status)
+      if not may_recreate:
+        raise TrainingFailed(
+            f'exit status {status} from training: the slice is {state}. The '
+            'launcher recreates only a slice it created with --spot or '
+            '--preemptible, or any with --recreate_preempted; rerun it so, '
+            'or delete the slice and rerun it: training resumes from the '
+            'latest checkpoint.', status)
+      why = f'exit status {status}: the slice is {state}'
+    if restarts == max_restarts:
+      raise TrainingFailed(
+          f'{why}; relaunched {restarts} time(s) already (--max_restarts='
+          f'{max_restarts}), so not again. Rerun the launcher to resume '
+          'from the latest checkpoint.', status)
+    restarts += 1
+    if status == EXIT_PREEMPTED:
+      print(f'{why}; relaunch {restarts} of {max_restarts}', flush=True)
+    else:
+      print(f'{why}; recreating it, then relaunch {restarts} of '
+            f'{max_restarts}', flush=True)
+      for step in (delete if found else []) + recreate:
+        _must_run(step, run)
+
+
+def execute(steps: list[Step], accelerator_type: str,
+            max_restarts: int = MAX_RESTARTS,
+            recreate_preempted: bool = False, run: Runner = run_step) -> None:
+  """Runs the steps (with ``run``); deletes the slice at the end if a
+  delete step is planned and the slice was reached. A preempted slice is
+  recreated if the plan allows it (a delete_preempted step) and the
+  launcher created it, or with ``recreate_preempted``."""
   if shutil.which('gcloud') is None:
     raise LaunchError('gcloud is not on PATH: install the Google Cloud CLI '
                       '(https://cloud.google.com/sdk/docs/install) and run '
@@ -267,46 +400,48 @@ def execute(steps: list[Step], accelerator_type: str) -> None:
   train = next(s for s in steps if s.kind == 'train')
   stop = shlex.join(train.argv[:-1] +
                     ("--command=pkill -f '[b]ertjax.train'",))
-  slice_up = False
+  slice_up = created = False
   try:
     exists = False
     for step in steps:
       if step.kind == 'describe':
-        exists = _slice_exists(step, accelerator_type)
+        exists = _slice_exists(step, accelerator_type, run)
         slice_up = exists
       elif step.kind == 'create':
         if not exists:
-          _must_run(step)
-          slice_up = True
+          _must_run(step, run)
+          slice_up = created = True
       elif step.kind == 'check':
-        if _run(step).returncode == 1:
+        if run(step).returncode == 1:
           print('warning: tracked files differ from HEAD; the workers get '
                 'the committed HEAD without these changes.',
                 file=sys.stderr, flush=True)
       elif step.kind == 'follow':
         try:
-          _run(step)
+          run(step)
         except KeyboardInterrupt:
           print('\nstopped following; training goes on. Follow again: '
                 f'{shlex.join(step.argv)}\nStop it: {stop}', flush=True)
       elif step.kind == 'train':
+        may_recreate = (created or recreate_preempted) and any(
+            s.kind == 'delete_preempted' for s in steps)
         try:
-          _must_run(step)
+          train_until_done(steps, run, max_restarts, may_recreate)
         except KeyboardInterrupt:
           if not detached:
             print('\nthe ssh session ended; training may still run on the '
                   f'workers. Stop it: {stop}', flush=True)
           raise
-      elif step.kind != 'delete':
-        _must_run(step)
+      elif step.kind not in ('delete', 'delete_preempted'):
+        _must_run(step, run)
   except BaseException:
     if delete and slice_up:   # Keep the first error; report the second.
-      if _run(delete[0]).returncode:
+      if run(delete[0]).returncode:
         print('error: the slice was not deleted; delete it with: '
               f'{shlex.join(delete[0].argv)}', file=sys.stderr, flush=True)
     raise
   if delete:
-    _must_run(delete[0])
+    _must_run(delete[0], run)
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -326,6 +461,15 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                       help='create a Spot slice.')
   parser.add_argument('--preemptible', action='store_true',
                       help='create a preemptible slice.')
+  parser.add_argument('--recreate_preempted', action='store_true',
+                      help='if the slice is found preempted during '
+                      'training, delete and recreate it and train again '
+                      '(default: only for a slice this launcher created '
+                      'with --spot or --preemptible).')
+  parser.add_argument('--max_restarts', type=int, default=MAX_RESTARTS,
+                      help='relaunch training at most this many times after '
+                      'preemptions (exit status '
+                      f'{EXIT_PREEMPTED}, or a preempted slice); 0: never.')
   parser.add_argument('--config', required=True,
                       help='config inside the repository, e.g. '
                       'experiments/configs/bert.py:size=base.')
@@ -366,9 +510,12 @@ def main(argv=None) -> None:
     if args.dry_run:
       print(dry_run_text(steps), end='')
     else:
-      execute(steps, args.accelerator_type)
+      execute(steps, args.accelerator_type, args.max_restarts,
+              args.recreate_preempted)
   except LaunchError as e:
     print(f'{os.path.basename(__file__)}: error: {e}', file=sys.stderr)
+    if isinstance(e, TrainingFailed):   # Killed by signal N: 128 + N.
+      sys.exit(e.status if e.status > 0 else 128 - e.status)
     sys.exit(1)
   except KeyboardInterrupt:
     sys.exit(130)

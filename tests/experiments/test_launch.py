@@ -22,6 +22,7 @@ def _load(name):
 
 tpu_pod = _load('tpu_pod')
 slurm = _load('slurm')
+launch_common = _load('launch_common')
 
 # Overrides that need quoting: spaces, parentheses, a glob, a quote.
 OVERRIDES = ['--config.model.dtype=bfloat16',
@@ -57,7 +58,8 @@ rm bertjax-src.tar.gz'
 {GCLOUD} ssh bert-base {WHERE} --worker=all '--command=cd bertjax && \
 python3 -m pip install -e . '"'"'jax[tpu]'"'"' -f \
 https://storage.googleapis.com/jax-releases/libtpu_releases.html'
-# Train on every worker, streaming the output:
+# Train on every worker, streaming the output (after exit 75, a preemption, \
+again: it resumes):
 {GCLOUD} ssh bert-base {WHERE} --worker=all '--command=cd bertjax && \
 BERTJAX_DATA_DIR=/mnt/data python3 -m bertjax.train \
 --config=experiments/configs/bert.py:size=base \
@@ -125,6 +127,13 @@ class FakeRun:
     return names
 
 
+def test_the_launchers_relaunch_on_the_trainers_preempted_status():
+  from bertjax import preemption  # pylint: disable=g-import-not-at-top
+  # A copy (the launchers do not import jax); it must not drift.
+  assert launch_common.EXIT_PREEMPTED == preemption.EXIT_PREEMPTED
+  assert tpu_pod.EXIT_PREEMPTED == slurm.EXIT_PREEMPTED == 75
+
+
 # --- TPU pod ---------------------------------------------------------------
 
 
@@ -139,7 +148,8 @@ def test_tpu_overrides_reach_the_trainer_unchanged(capsys, no_subprocess):
   _, out, _ = _main(tpu_pod, TPU_ARGS + ['--dry_run', '--'] + OVERRIDES,
                     capsys)
   train = out.splitlines()[out.splitlines().index(
-      '# Train on every worker, streaming the output:') + 1]
+      '# Train on every worker, streaming the output (after exit 75, a '
+      'preemption, again: it resumes):') + 1]
   # Our shell splits the gcloud command; the worker's shell the --command.
   remote = shlex.split(shlex.split(train)[-1].partition('=')[2])
   assert remote[:6] == ['cd', 'bertjax', '&&', 'BERTJAX_DATA_DIR=/mnt/data',
@@ -200,6 +210,8 @@ def test_tpu_runtime_follows_the_generation(runtime_for, accelerator):
     (['--', '--config=experiments/configs/roberta.py'],
      'launcher sets --config'),
     (['--', '--multihost=off'], 'launcher sets --multihost'),
+    (['--max_restarts=-1'], '0 (never relaunch)'),
+    (['--detach', '--recreate_preempted'], 'cannot see a preemption'),
 ])
 def test_tpu_bad_arguments_fail_before_running_anything(
     capsys, no_subprocess, change, message):
@@ -259,6 +271,163 @@ def test_tpu_run_without_gcloud_says_so(monkeypatch, capsys, no_subprocess):
   assert 'gcloud is not on PATH' in err
 
 
+# The TPU relaunch loop, with a scripted Runner in place of gcloud.
+
+
+class ScriptedRun:
+  """A Runner: the train step exits with the next of ``statuses``; the
+  describe step answers with the next of ``describes`` (the last one
+  repeats); every other step succeeds. ``kinds`` records what ran."""
+
+  def __init__(self, statuses, describes=((0, 'READY\tv4-32\n', ''),)):
+    self.statuses, self.describes, self.kinds = list(statuses), list(
+        describes), []
+
+  def __call__(self, step):
+    self.kinds.append(step.kind)
+    if step.kind == 'train':
+      code, out, err = self.statuses.pop(0), '', ''
+    elif step.kind == 'describe':
+      code, out, err = (self.describes.pop(0) if len(self.describes) > 1
+                        else self.describes[0])
+    else:
+      code, out, err = 0, '', ''
+    return subprocess.CompletedProcess(step.argv, code, out, err)
+
+
+PREEMPTED = (0, 'PREEMPTED\tv4-32\n', '')
+NOT_FOUND = (1, '', 'ERROR: (gcloud.compute.tpus.tpu-vm.describe) NOT_FOUND')
+RECREATE = ['delete_preempted', 'create', 'copy', 'unpack', 'install',
+            'train']
+
+
+def _steps(*extra):
+  return tpu_pod.plan(tpu_pod.parse(TPU_ARGS + list(extra))[0], [])
+
+
+def test_tpu_relaunches_after_each_preemption_until_training_ends():
+  run = ScriptedRun([75, 75, 0])
+  tpu_pod.train_until_done(_steps(), run, max_restarts=20,
+                           may_recreate=False)
+  assert run.kinds == ['train', 'train', 'train']
+
+
+def test_tpu_a_failure_stops_at_once_with_its_status():
+  run = ScriptedRun([1, 0])
+  with pytest.raises(tpu_pod.TrainingFailed, match='slice is READY') as e:
+    tpu_pod.train_until_done(_steps(), run, max_restarts=20,
+                             may_recreate=True)
+  assert e.value.status == 1
+  assert run.kinds == ['train', 'describe']
+
+
+def test_tpu_stops_relaunching_after_max_restarts():
+  run = ScriptedRun([75] * 3 + [0])
+  with pytest.raises(tpu_pod.TrainingFailed,
+                     match=r'relaunched 2 time\(s\) already '
+                     r'\(--max_restarts=2\)') as e:
+    tpu_pod.train_until_done(_steps(), run, max_restarts=2,
+                             may_recreate=False)
+  assert e.value.status == 75
+  assert run.kinds == ['train'] * 3
+
+
+def test_tpu_recreates_a_preempted_slice_then_relaunches(capsys):
+  steps = _steps('--spot')
+  run = ScriptedRun([255, 0], [PREEMPTED])
+  tpu_pod.train_until_done(steps, run, max_restarts=20, may_recreate=True)
+  assert run.kinds == ['train', 'describe'] + RECREATE
+  by_kind = {step.kind: step.argv for step in steps}
+  assert by_kind['delete_preempted'][4:6] == ('delete', 'bert-base')
+  assert '--spot' in by_kind['create']
+  assert 'the slice is PREEMPTED; recreating it, then relaunch 1 of 20' in (
+      capsys.readouterr().out)
+
+
+def test_tpu_recreates_a_slice_that_is_gone_without_deleting_it():
+  run = ScriptedRun([1, 0], [NOT_FOUND])
+  tpu_pod.train_until_done(_steps('--recreate_preempted'), run,
+                           max_restarts=20, may_recreate=True)
+  assert run.kinds == ['train', 'describe'] + RECREATE[1:]
+
+
+def test_tpu_recreation_counts_against_max_restarts():
+  run = ScriptedRun([255, 255], [PREEMPTED])
+  with pytest.raises(tpu_pod.TrainingFailed, match='max_restarts=1'):
+    tpu_pod.train_until_done(_steps('--spot'), run, max_restarts=1,
+                             may_recreate=True)
+  assert run.kinds == ['train', 'describe'] + RECREATE + ['describe']
+
+
+def test_tpu_a_preempted_slice_it_may_not_recreate_is_a_failure():
+  run = ScriptedRun([255], [PREEMPTED])
+  with pytest.raises(tpu_pod.TrainingFailed,
+                     match='--recreate_preempted') as e:
+    tpu_pod.train_until_done(_steps(), run, max_restarts=20,
+                             may_recreate=False)
+  assert e.value.status == 255
+  assert run.kinds == ['train', 'describe']
+
+
+def test_tpu_clone_is_redone_when_recreating():
+  steps = _steps('--repo_url=https://x/b.git', '--commit=abc', '--spot')
+  run = ScriptedRun([255, 0], [PREEMPTED])
+  tpu_pod.train_until_done(steps, run, max_restarts=20, may_recreate=True)
+  assert run.kinds == ['train', 'describe', 'delete_preempted', 'create',
+                       'clone', 'install', 'train']
+
+
+@pytest.mark.parametrize('extra, describes, recreated', [
+    # Created here as Spot: recreated.
+    (['--spot'], [NOT_FOUND, PREEMPTED], True),
+    # An existing slice is left alone, unless --recreate_preempted.
+    (['--spot'], [(0, 'READY\tv4-32\n', ''), PREEMPTED], False),
+    (['--recreate_preempted'], [(0, 'READY\tv4-32\n', ''), PREEMPTED],
+     True),
+    # Not Spot nor preemptible: nothing to recreate.
+    ([], [NOT_FOUND, PREEMPTED], False),
+])
+def test_tpu_execute_recreates_only_what_it_may(monkeypatch, extra,
+                                                describes, recreated):
+  monkeypatch.setattr(tpu_pod.shutil, 'which', lambda name: '/bin/' + name)
+  run = ScriptedRun([255, 0], describes)
+  steps = _steps(*extra)
+  args = tpu_pod.parse(TPU_ARGS + extra)[0]
+  if recreated:
+    tpu_pod.execute(steps, 'v4-32', 20, args.recreate_preempted, run=run)
+  else:
+    with pytest.raises(tpu_pod.TrainingFailed, match='--recreate_preempted'):
+      tpu_pod.execute(steps, 'v4-32', 20, args.recreate_preempted, run=run)
+  # The slice is deleted at the end either way (--delete_after).
+  after_setup = run.kinds[run.kinds.index('train'):]
+  assert after_setup == ['train', 'describe'] + (
+      RECREATE if recreated else []) + ['delete']
+
+
+def test_tpu_dry_run_shows_the_recreation_of_a_spot_slice(capsys,
+                                                         no_subprocess):
+  status, out, _ = _main(tpu_pod, TPU_ARGS + ['--spot', '--dry_run'], capsys)
+  assert status == 0
+  assert (f'# If the slice is found preempted: delete it, create, ship and '
+          'install again (the commands above), and train again:\n'
+          f'{GCLOUD} delete bert-base {WHERE} --quiet\n'
+          '# Delete the slice') in out
+
+
+def test_tpu_launcher_exits_with_the_training_status(monkeypatch, capsys):
+  def fake(argv, check=False, capture_output=False, text=False):
+    del check, capture_output, text
+    if 'describe' in argv:
+      return subprocess.CompletedProcess(argv, 0, 'READY\tv4-32\n', '')
+    status = 3 if 'bertjax.train' in argv[-1] else 0
+    return subprocess.CompletedProcess(argv, status, '', '')
+  monkeypatch.setattr(tpu_pod.subprocess, 'run', fake)
+  monkeypatch.setattr(tpu_pod.shutil, 'which', lambda name: '/bin/' + name)
+  status, _, err = _main(tpu_pod, TPU_ARGS, capsys)
+  assert status == 3
+  assert 'exit status 3 from gcloud compute tpus tpu-vm ssh' in err
+
+
 # --- SLURM -----------------------------------------------------------------
 
 SLURM_ARGS = ['--nodes=2', '--gpus_per_node=8', '--partition=gpu',
@@ -281,6 +450,9 @@ SLURM_SCRIPT = f"""\
 #SBATCH --partition=gpu
 #SBATCH --account=my-lab
 #SBATCH --output=/shared/runs/bert-base/slurm-%j.out
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --signal=TERM@300
 
 set -eo pipefail
 source /shared/venv/bin/activate
@@ -305,15 +477,44 @@ export XLA_FLAGS="${{xla_flags[*]}} ${{XLA_FLAGS:-}}"
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.9
 export BERTJAX_DATA_DIR=/shared/cache
 
-srun --kill-on-bad-exit=1 --gpu-bind=none --cpus-per-task=12 \
-/shared/venv/bin/python -m bertjax.train \\
+# Preemption: at a SIGTERM (SLURM sends it 300 s before the time limit) the
+# trainers save a checkpoint and exit 75. Each task turns that into the mark
+# and exit 0: srun --kill-on-bad-exit would kill the tasks still exiting and
+# report their signal instead. Preempted, the job is requeued: it reruns this
+# script, which resumes from the checkpoint.
+mark=/shared/runs/bert-base/preempted-"$SLURM_JOB_ID"
+rm -f "$mark"
+task='trap : TERM; mark=$1; shift; "$@"; status=$?; \
+if ((status == 75)); then touch "$mark"; exit 0; fi; exit "$status"'
+status=0
+srun --kill-on-bad-exit=1 --gpu-bind=none --cpus-per-task=12 \\
+    bash -c "$task" bertjax-task "$mark" \\
+    /shared/venv/bin/python -m bertjax.train \\
     --config=experiments/configs/bert.py:size=base \\
     --workdir=/shared/runs/bert-base \\
     --config.sharding.replicas=2 \\
     --config.model.dtype=bfloat16 \\
     '--config.sharding.mesh_shape=(4, 2, 2)' \\
     '--config.data.corpus.path=/data/wiki books/*.txt' \\
-    '--config.data.tokenizer.model_path=/m/it'"'"'s.model'
+    '--config.data.tokenizer.model_path=/m/it'"'"'s.model' \\
+    || status=$?
+
+preempted=0
+if [[ -e $mark ]]; then preempted=1; rm -f "$mark"; fi
+if ((status != 0 || !preempted)); then
+  exit "$status"   # 0: training finished.
+fi
+requeues=${{SLURM_RESTART_COUNT:-0}}
+if ((requeues >= 20)); then
+  echo "bertjax: preempted; requeued $requeues time(s) already \
+(--max_requeues=20): not requeueing." >&2
+  echo "The checkpoint is written; resume with: sbatch \
+/shared/runs/bert-base/slurm.sbatch" >&2
+  exit 75
+fi
+echo "bertjax: preempted; requeueing job $SLURM_JOB_ID ($((requeues + 1)) of \
+20) to resume from the checkpoint."
+scontrol requeue "$SLURM_JOB_ID"
 """
 
 
@@ -335,10 +536,10 @@ def test_slurm_dry_run_prints_the_script_and_the_commands(capsys,
 
 
 def test_slurm_replicas_default_to_the_nodes_unless_given():
-  assert '--config.sharding.replicas=2\n' in _script(SLURM_ARGS, [])
+  assert '--config.sharding.replicas=2 \\\n' in _script(SLURM_ARGS, [])
   script = _script(SLURM_ARGS, ['--config.sharding.replicas=1'])
   assert 'replicas=2' not in script
-  assert '--config.sharding.replicas=1\n' in script
+  assert '--config.sharding.replicas=1 \\\n' in script
 
 
 def test_slurm_script_is_valid_bash_and_keeps_the_overrides(tmp_path):
@@ -346,8 +547,8 @@ def test_slurm_script_is_valid_bash_and_keeps_the_overrides(tmp_path):
   path = tmp_path / 's.sbatch'
   path.write_text(script)
   subprocess.run(['bash', '-n', str(path)], check=True)
-  srun = script[script.index('srun '):].replace('\\\n', ' ')
-  assert shlex.split(srun)[-len(OVERRIDES):] == OVERRIDES
+  srun = script[script.index('srun '):script.index(' \\\n    || status')]
+  assert shlex.split(srun.replace('\\\n', ' '))[-len(OVERRIDES):] == OVERRIDES
 
 
 def test_slurm_one_process_per_node_sees_all_its_gpus():
@@ -366,7 +567,7 @@ def test_slurm_extra_flags_and_sbatch_options():
   assert '#SBATCH --output=/shared/runs/bert-base/slurm-%j.out\n' \
          '#SBATCH --exclusive\n' in script
   assert '#SBATCH --cpus-per-task=16\n' in script
-  assert '--cpus-per-task=16 /shared/venv/bin/python' in script
+  assert '--cpus-per-task=16 \\\n    bash -c' in script
   assert ('  --xla_gpu_enable_pipelined_all_reduce=true\n'
           '  --xla_gpu_enable_command_buffer=\n'
           '  --xla_dump_to=/tmp/d\n)\n') in script
@@ -388,6 +589,10 @@ def test_slurm_extra_flags_and_sbatch_options():
     (['--', 'batch_size=8'], 'FIELD=VALUE'),
     (['--', '--workdir=/other'], 'launcher sets --workdir'),
     (['--', '--coordinator_address=h:1'], 'sets --coordinator_address'),
+    (['--signal_seconds=-1'], '0 (no signal) to 65535'),
+    (['--signal_seconds=65536'], '0 (no signal) to 65535'),
+    (['--time=5', '--signal_seconds=300'], 'not less than --time=5 (300 s)'),
+    (['--max_requeues=-1'], '0 (never requeue)'),
 ])
 def test_slurm_bad_arguments_fail_before_writing_anything(
     capsys, no_subprocess, tmp_path, change, message):
@@ -437,3 +642,108 @@ def test_slurm_without_sbatch_says_so(monkeypatch, capsys, no_subprocess,
                          capsys)
   assert status == 1
   assert 'sbatch is not on PATH' in err
+
+
+def test_slurm_requeues_by_default_and_signals_before_the_limit():
+  script = _script(SLURM_ARGS, [])
+  assert ('#SBATCH --requeue\n#SBATCH --open-mode=append\n'
+          '#SBATCH --signal=TERM@300\n') in script
+  assert 'if ((requeues >= 20)); then\n' in script
+  script = _script(SLURM_ARGS + ['--signal_seconds=0', '--max_requeues=3'],
+                   [])
+  assert '--signal' not in script
+  assert '#SBATCH --requeue\n' in script
+  assert 'if ((requeues >= 3)); then\n' in script
+
+
+@pytest.mark.parametrize('time, seconds', [
+    ('90', 5400), ('90:30', 5430), ('12:00:00', 43200), ('2-0', 172800),
+    ('1-2:30', 95400), ('1-02:30:15', 95415), ('0', 0)])
+def test_slurm_time_limit_in_seconds(time, seconds):
+  assert slurm.time_limit_seconds(time) == seconds
+
+
+# The generated script's preemption logic, run by bash with fake srun,
+# scontrol and python on PATH (bash reads #SBATCH lines as comments).
+
+FAKES = {
+    # Records its arguments, drops its options, runs the task command.
+    'srun': 'echo "srun $*" >> "$CALLS"\n'
+            'while [[ $1 == --* ]]; do shift; done\n"$@"\n',
+    'scontrol': 'echo "scontrol $*" >> "$CALLS"\n',
+    # The trainer: exits FAKE_STATUS; with FAKE_TERM it first sends its
+    # wrapper the SIGTERM that SLURM sends every process of the task.
+    'python': 'echo "python $*" >> "$CALLS"\n'
+              'if [[ -n $FAKE_TERM ]]; then kill -TERM "$PPID"; sleep 0.1; '
+              'fi\nexit "$FAKE_STATUS"\n',
+}
+
+
+def _run_sbatch(tmp_path, status, term=False, restarts=None):
+  """Runs the script as SLURM job 42; returns (exit status, calls,
+  stderr + stdout, workdir)."""
+  bin_dir, workdir = tmp_path / 'bin', tmp_path / 'run'
+  bin_dir.mkdir()
+  workdir.mkdir(exist_ok=True)
+  for name, body in FAKES.items():
+    (bin_dir / name).write_text('#!/bin/bash\n' + body)
+    (bin_dir / name).chmod(0o755)
+  script = tmp_path / 'job.sbatch'
+  script.write_text(_script([
+      f'--workdir={workdir}', '--config=experiments/configs/bert.py',
+      f'--python={bin_dir / "python"}', '--max_requeues=2',
+      f'--script={script}'], ['--config.total_steps=8']))
+  env = {'PATH': f'{bin_dir}:{os.environ["PATH"]}', 'SLURM_JOB_ID': '42',
+         'CALLS': str(tmp_path / 'calls'), 'FAKE_STATUS': str(status),
+         'FAKE_TERM': 'yes' if term else ''}
+  if restarts is not None:
+    env['SLURM_RESTART_COUNT'] = str(restarts)
+  result = subprocess.run(['bash', str(script)], env=env, capture_output=True,
+                          text=True, timeout=10, check=False)
+  calls = (tmp_path / 'calls').read_text().splitlines()
+  return result.returncode, calls, result.stderr + result.stdout, workdir
+
+
+@pytest.mark.parametrize('term', [False, True])
+def test_slurm_script_requeues_a_preempted_job(tmp_path, term):
+  status, calls, out, workdir = _run_sbatch(tmp_path, 75, term=term)
+  assert status == 0
+  assert calls[0].startswith('srun --kill-on-bad-exit=1 ')
+  assert calls[1] == (f'python -m bertjax.train '
+                      f'--config=experiments/configs/bert.py '
+                      f'--workdir={workdir} --config.sharding.replicas=1 '
+                      '--config.total_steps=8')
+  assert calls[2:] == ['scontrol requeue 42']
+  assert 'requeueing job 42 (1 of 2)' in out
+  assert not list(workdir.iterdir())   # The mark is gone.
+
+
+def test_slurm_script_exits_with_a_failed_status_and_no_requeue(tmp_path):
+  status, calls, _, _ = _run_sbatch(tmp_path, 3)
+  assert status == 3
+  assert [c.split()[0] for c in calls] == ['srun', 'python']
+
+
+def test_slurm_script_ends_a_finished_run_despite_a_stale_mark(tmp_path):
+  (tmp_path / 'run').mkdir()
+  (tmp_path / 'run' / 'preempted-42').touch()   # From an earlier run.
+  status, calls, _, workdir = _run_sbatch(tmp_path, 0)
+  assert status == 0
+  assert [c.split()[0] for c in calls] == ['srun', 'python']
+  assert not list(workdir.iterdir())
+
+
+def test_slurm_script_stops_requeueing_past_max_requeues(tmp_path):
+  status, calls, out, _ = _run_sbatch(tmp_path, 75, restarts=2)
+  assert status == 75
+  assert [c.split()[0] for c in calls] == ['srun', 'python']
+  assert ('requeued 2 time(s) already (--max_requeues=2): not requeueing'
+          in out)
+  assert f'resume with: sbatch {tmp_path / "job.sbatch"}' in out
+
+
+def test_slurm_script_requeues_below_max_requeues(tmp_path):
+  status, calls, out, _ = _run_sbatch(tmp_path, 75, restarts=1)
+  assert status == 0
+  assert calls[-1] == 'scontrol requeue 42'
+  assert 'requeueing job 42 (2 of 2)' in out
