@@ -6,17 +6,36 @@ wrote it) and ``data`` (the Grain iterator's position), so a resumed run
 sees exactly the batches the uninterrupted run would have seen. Every host's
 iterator is at the same position of the global batch stream (it reads its
 rows of the same global batches), so one state serves any number of hosts:
-a run saved by 2 hosts resumes on 1 or on 4. Saves are asynchronous and atomic: orbax
-writes to a temporary directory and renames it when complete, so a crash
-mid-save leaves the previous checkpoint as the latest.
+a run saved by 2 hosts resumes on 1 or on 4.
+
+What a failure can do to them, and what happens then:
+
+* A kill during a save: orbax writes each step to a temporary directory and
+  renames it when complete, so the previous checkpoint stays the latest; the
+  leftover temporary directory is never restored from and is removed when
+  the next run starts.
+* Corruption at rest (a flipped byte, a truncated or missing file): every
+  step is sealed with ``bertjax_manifest.json`` (the size and SHA-256 of each
+  file), written inside the temporary directory before the rename, so a
+  checkpoint and its manifest appear together. ``restore_latest`` checks the
+  manifest before restoring; a step that fails is moved to
+  ``checkpoints_corrupt/`` (kept, never deleted) and the next older one is
+  tried.
+* A failed save (a full disk, a lost mount): ``CheckpointSaveError`` says
+  which step was lost and which complete checkpoint remains; the partial
+  directory is removed so that the space it took is free again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import glob
+import hashlib
 import json
 import os
-from typing import Any
+import shutil
+from typing import Any, Callable
 
 from etils import epath
 import grain
@@ -24,6 +43,92 @@ import jax
 import orbax.checkpoint as ocp
 
 _ITERATOR_STATE = 'iterator_state.json'
+# The seal of a checkpoint step (see the module docstring), and orbax's own
+# bookkeeping files, which it rewrites at the commit after the seal and
+# which the manifest therefore leaves out.
+MANIFEST = 'bertjax_manifest.json'
+_COMMIT_FILES = ('_CHECKPOINT_METADATA', 'commit_success.txt')
+_TMP_SUFFIX = '.orbax-checkpoint-tmp'
+# Where checkpoints that fail their manifest are moved, beside checkpoints/.
+CORRUPT_SUFFIX = '_corrupt'
+
+
+class CorruptCheckpointError(ValueError):
+  """A checkpoint step whose files do not match its manifest."""
+
+
+class CheckpointSaveError(OSError):
+  """A save that failed; the checkpoints written before it are intact."""
+
+
+def _digest(path: str) -> str:
+  with open(path, 'rb') as f:
+    return hashlib.file_digest(f, 'sha256').hexdigest()
+
+
+def _sealed_files(step_dir: str) -> list[str]:
+  """The files a manifest covers: everything but itself and orbax's commit
+  bookkeeping, as sorted paths relative to ``step_dir``."""
+  out = []
+  for root, _, files in os.walk(step_dir):
+    for name in files:
+      if name in _COMMIT_FILES or name == MANIFEST:
+        continue
+      out.append(os.path.relpath(os.path.join(root, name), step_dir))
+  return sorted(out)
+
+
+def write_manifest(step_dir: str) -> None:
+  """Seals ``step_dir``: the size and SHA-256 of each of its files."""
+  files = {rel: {'bytes': os.path.getsize(os.path.join(step_dir, rel)),
+                 'sha256': _digest(os.path.join(step_dir, rel))}
+           for rel in _sealed_files(step_dir)}
+  tmp = os.path.join(step_dir, MANIFEST + '.tmp')
+  with open(tmp, 'w') as f:
+    json.dump({'files': files}, f, indent=1, sort_keys=True)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, os.path.join(step_dir, MANIFEST))
+
+
+def verify(step_dir: str) -> bool:
+  """Checks ``step_dir`` against its manifest.
+
+  Returns:
+    True when it matches, False when the step has no manifest (written
+    before manifests existed, or by ``save_params``).
+
+  Raises:
+    CorruptCheckpointError: naming the first file that differs.
+  """
+  path = os.path.join(step_dir, MANIFEST)
+  if not os.path.exists(path):
+    return False
+  try:
+    with open(path) as f:
+      expected = json.load(f)['files']
+  except (ValueError, KeyError, TypeError) as e:
+    raise CorruptCheckpointError(
+        f'{step_dir}: its manifest {MANIFEST} is unreadable ({e}).') from e
+  present = _sealed_files(step_dir)
+  missing = sorted(set(expected) - set(present))
+  extra = sorted(set(present) - set(expected))
+  if missing or extra:
+    raise CorruptCheckpointError(
+        f'{step_dir}: files missing {missing[:3]}, unexpected {extra[:3]} '
+        f'(against {MANIFEST}).')
+  for rel, want in sorted(expected.items()):
+    full = os.path.join(step_dir, rel)
+    size = os.path.getsize(full)
+    if size != want['bytes']:
+      raise CorruptCheckpointError(
+          f'{step_dir}: {rel} has {size} bytes, {want["bytes"]} were '
+          'written (truncated or overwritten).')
+    if _digest(full) != want['sha256']:
+      raise CorruptCheckpointError(
+          f'{step_dir}: {rel} does not match the SHA-256 it was written '
+          'with (its bytes changed on disk).')
+  return True
 
 
 class IteratorHandler(grain.checkpoint.CheckpointHandler):
@@ -64,22 +169,51 @@ class IteratorRestore(ocp.args.CheckpointArgs):
   item: Any
 
 
+def _sync(name: str) -> None:
+  """A barrier across processes (none with one process)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
+
+
 class Checkpointer:
-  """Periodic async saves, keep-N, and restore of the latest step."""
+  """Periodic async saves, keep-N, sealed steps, and restore of the latest
+  intact step (see the module docstring for failures)."""
 
   def __init__(self, directory: str, save_every_steps: int, keep: int,
                async_save: bool = True):
+    self._directory = os.path.abspath(directory)
     self._save_every_steps = save_every_steps
+    self._async = async_save
+    self._saving = None        # The step whose save may still be running.
     self._manager = ocp.CheckpointManager(
-        os.path.abspath(directory),
+        self._directory,
         options=ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save,
             create=True,
             # Saves cut short by a kill leave temporary directories; they are
             # never restored from, and are removed when the next run starts.
-            cleanup_tmp_directories=True),
+            cleanup_tmp_directories=True,
+            # On process 0, after every process has written its part and
+            # before the rename that commits the step.
+            async_options=ocp.AsyncOptions(
+                post_finalization_callback=self._seal) if async_save
+            else None),
         item_handlers={'state': ocp.StandardCheckpointHandler(),
                        'data': IteratorHandler()})
+
+  @property
+  def directory(self) -> str:
+    return self._directory
+
+  def _seal(self) -> None:
+    pattern = os.path.join(self._directory, f'{self._saving}{_TMP_SUFFIX}*')
+    found = glob.glob(pattern)
+    if len(found) != 1:
+      raise CheckpointSaveError(
+          f'cannot seal step {self._saving}: expected one temporary '
+          f'directory {pattern}, found {found}.')
+    write_manifest(found[0])
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()
@@ -93,14 +227,60 @@ class Checkpointer:
 
     Due means a multiple of ``save_every_steps`` (orbax on its own would
     also save the first step it sees, a full extra copy of the state).
+    A failure of this save, or of the previous one still being written,
+    raises ``CheckpointSaveError``.
     """
     if not force and not self.is_due(step):
       return False
     items = {'state': ocp.args.StandardSave(state)}
     if data_iterator is not None:
       items['data'] = IteratorSave(data_iterator)
-    return self._manager.save(step, args=ocp.args.Composite(**items),
-                              force=True)
+    self.wait()        # The previous save's failure, reported as its own.
+    self._saving = step
+    with self._reporting_failure():
+      saved = self._manager.save(step, args=ocp.args.Composite(**items),
+                                 force=True)
+    if saved and not self._async:
+      if jax.process_index() == 0:
+        write_manifest(os.path.join(self._directory, str(step)))
+      _sync('bertjax_checkpoint_sealed')
+    return saved
+
+  def check(self) -> None:
+    """Raises ``CheckpointSaveError`` if the save in flight has failed
+    already; cheap (no waiting), so the trainer asks after every step."""
+    if self._saving is not None:
+      with self._reporting_failure():
+        self._manager.check_for_errors()
+
+  def wait(self) -> None:
+    """Waits for the save in flight; raises ``CheckpointSaveError`` if it
+    failed."""
+    with self._reporting_failure():
+      self._manager.wait_until_finished()
+    self._saving = None
+
+  @contextlib.contextmanager
+  def _reporting_failure(self):
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      self._fail(e)
+
+  def _fail(self, error: Exception) -> None:
+    step, self._saving = self._saving, None
+    if jax.process_index() == 0:   # Frees what the partial save took.
+      for tmp in glob.glob(os.path.join(self._directory,
+                                        f'{step}{_TMP_SUFFIX}*')):
+        shutil.rmtree(tmp, ignore_errors=True)
+    kept = [s for s in ocp.utils.checkpoint_steps(self._directory)
+            if s != step]
+    intact = (f'the checkpoint at step {max(kept)} is intact, and rerunning '
+              'resumes from it' if kept else 'no earlier checkpoint exists')
+    raise CheckpointSaveError(
+        f'the checkpoint at step {step} in {self._directory} was not '
+        f'written ({type(error).__name__}: {error}); {intact}. Free space '
+        'or fix the filesystem, then rerun.') from error
 
   def restore(self, step: int, abstract_state: Any, data_iterator) -> Any:
     """The state at ``step``, sharded like ``abstract_state``'s leaves.
@@ -114,10 +294,65 @@ class Checkpointer:
     return self._manager.restore(step, args=ocp.args.Composite(**items)
                                  )['state']
 
-  def wait(self) -> None:
-    self._manager.wait_until_finished()
+  def restore_latest(self, abstract_state: Any, data_iterator,
+                     say: Callable[[str], None] = print
+                     ) -> tuple[Any, int] | None:
+    """The newest intact step's state and its step, or None if there is
+    no checkpoint.
+
+    A step that fails its manifest, or that has none and fails to restore,
+    is moved to ``checkpoints_corrupt/`` with a message through ``say``,
+    and the next older step is tried. A step whose manifest holds but
+    whose restore fails is not corrupt (e.g. another model's checkpoint):
+    that error is raised as it is.
+    """
+    set_aside = []
+    while True:
+      step = self._manager.latest_step()
+      if step is None and set_aside:
+        raise CorruptCheckpointError(
+            f'no intact checkpoint remains in {self._directory}: steps '
+            f'{set_aside} were unusable and are in '
+            f'{self._directory + CORRUPT_SUFFIX}. Starting over here would '
+            'discard them silently: move a step back if you can repair it, '
+            'or train in a new --workdir.')
+      if step is None:
+        return None
+      step_dir = os.path.join(self._directory, str(step))
+      try:
+        sealed = verify(step_dir)
+      except CorruptCheckpointError as e:
+        self._quarantine(step, str(e), say)
+        set_aside.append(step)
+        continue
+      try:
+        return self.restore(step, abstract_state, data_iterator), step
+      except Exception as e:  # pylint: disable=broad-exception-caught
+        if sealed:
+          raise
+        self._quarantine(step, f'{step_dir} has no {MANIFEST} and does not '
+                         f'restore ({type(e).__name__}: {e})', say)
+        set_aside.append(step)
+
+  def _quarantine(self, step: int, why: str, say: Callable[[str], None]
+                  ) -> None:
+    target = os.path.join(self._directory + CORRUPT_SUFFIX, str(step))
+    if jax.process_index() == 0:
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      suffix = 0
+      while os.path.exists(target + (f'.{suffix}' if suffix else '')):
+        suffix += 1
+      target += f'.{suffix}' if suffix else ''
+      os.replace(os.path.join(self._directory, str(step)), target)
+    _sync(f'bertjax_quarantine_{step}')
+    self._manager.reload()
+    older = self._manager.latest_step()
+    say(f'warning: checkpoint step {step} is unusable: {why} Moved it to '
+        f'{target}; ' + (f'falling back to step {older}.' if older is not None
+                         else 'no older checkpoint remains.'))
 
   def close(self) -> None:
+    self.wait()
     self._manager.close()
 
 
@@ -167,6 +402,11 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
   if step not in available:
     raise ValueError(f'{workdir!r} has no checkpoint at step {step}; it has '
                      f'steps {available}.')
+  try:
+    verify(os.path.join(directory, str(step)))
+  except CorruptCheckpointError as e:
+    raise ValueError(f'{workdir!r} step {step} is corrupt: {e} Give an '
+                     f'earlier step (available: {available}).') from e
   with open(meta_path) as f:
     meta = json.load(f)
   if is_params_only(workdir):

@@ -1,8 +1,13 @@
-"""Where metrics go: the console, TensorBoard and ``WORKDIR/metrics.jsonl``.
+"""Where metrics go: the console, TensorBoard and two JSON Lines files.
 
-Only process 0 writes. ``metrics.jsonl`` holds one JSON object per logged
-step; on resume, entries after the restored step are dropped first, so the
-file reads as if the run had never stopped.
+Only process 0 writes. ``WORKDIR/metrics.jsonl`` holds one JSON object per
+logged step of what the run computed (losses, accuracies, learning rate,
+masking telemetry, divergence counters): a rerun of the same config, or a
+run killed and resumed any number of times, writes it byte for byte the
+same. Timings (tokens per second, achieved TFLOP/s, MFU) vary from run to
+run and go to ``WORKDIR/throughput.jsonl`` instead. On resume, entries after
+the restored step are dropped from both first, so they read as if the run
+had never stopped.
 """
 
 from __future__ import annotations
@@ -44,26 +49,35 @@ class MetricWriter:
     self._enabled = enabled
     self._total = total_steps
     self._jsonl_path = os.path.join(workdir, 'metrics.jsonl')
+    self._timing_path = os.path.join(workdir, 'throughput.jsonl')
     self._start_time = time.time()
     self._start_step = first_step
     self._bar = None
     if not enabled:
       return
     truncate_jsonl(self._jsonl_path, first_step)
+    truncate_jsonl(self._timing_path, first_step)
     self._jsonl = open(self._jsonl_path, 'a')
+    self._timing = open(self._timing_path, 'a')
     self._tb = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
     if sys.stderr.isatty():
       import tqdm  # pylint: disable=g-import-not-at-top
       self._bar = tqdm.tqdm(total=total_steps, initial=first_step,
                             unit='step', dynamic_ncols=True)
 
-  def write(self, step: int, metrics: dict) -> None:
+  def write(self, step: int, metrics: dict, timing: dict | None = None
+            ) -> None:
+    """``metrics`` to metrics.jsonl, ``timing`` to throughput.jsonl; both
+    to TensorBoard and the console."""
     if not self._enabled:
       return
-    record = {'step': int(step)}
-    record.update({k: float(v) for k, v in sorted(metrics.items())})
-    self._jsonl.write(json.dumps(record) + '\n')
-    self._jsonl.flush()
+    for stream, values in ((self._jsonl, metrics), (self._timing, timing)):
+      if values:
+        record = {'step': int(step)}
+        record.update({k: float(v) for k, v in sorted(values.items())})
+        stream.write(json.dumps(record) + '\n')
+        stream.flush()
+    metrics = {**metrics, **(timing or {})}
     for name, value in metrics.items():
       self._tb.add_scalar(name, float(value), step)
     self._tb.flush()
@@ -78,11 +92,22 @@ class MetricWriter:
       elapsed = time.time() - self._start_time
       done = max(step - self._start_step, 1)
       eta = elapsed / done * (self._total - step)
-      # The unit-length histogram goes to TensorBoard and JSONL only.
+      # The unit-length histogram and the data's skip counts (constant,
+      # printed once at the start) go to TensorBoard and JSONL only.
       text = ' '.join(f'{k}={v:.4g}' for k, v in sorted(metrics.items())
-                      if not k.startswith('masking_unit_len_'))
+                      if not k.startswith(('masking_unit_len_',
+                                           'data_skipped_')))
       logging.info('step %d/%d (eta %.0fs) %s', step, self._total, eta, text)
       print(f'step {step}/{self._total} eta {eta:.0f}s {text}', flush=True)
+
+  def sync(self) -> None:
+    """Forces the lines written so far to disk (before a checkpoint, so
+    that a machine crash cannot lose lines the checkpoint has passed)."""
+    if not self._enabled:
+      return
+    for stream in (self._jsonl, self._timing):
+      os.fsync(stream.fileno())
+    self._tb.flush()
 
   def advance(self, step: int) -> None:
     """Moves the progress bar (if any) to ``step``; cheap every step."""
@@ -103,4 +128,5 @@ class MetricWriter:
     if self._bar is not None:
       self._bar.close()
     self._jsonl.close()
+    self._timing.close()
     self._tb.close()

@@ -4,9 +4,11 @@
       --workdir=/tmp/bertjax-demo [--config.total_steps=100 ...]
 
 Rerunning the same command in the same workdir resumes from the latest
-checkpoint (model, optimizer, step and data iterator), so the resumed run
-reaches the same final metrics as one that never stopped, on the same mesh
-or another one.
+intact checkpoint (model, optimizer, step, divergence counters and data
+iterator), so the resumed run reaches the same final metrics as one that
+never stopped, on the same mesh or another one. A SIGTERM (a preemption
+notice) saves a checkpoint at the next step and exits with status 75
+(``preemption.EXIT_PREEMPTED``), which the launchers relaunch on.
 
 Multi-host: one process per host (or GPU) runs the same command; see
 ``bertjax/distributed.py`` for how the processes find each other, and
@@ -15,8 +17,10 @@ Multi-host: one process per host (or GPU) runs the same command; see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -35,10 +39,12 @@ from bertjax import checkpoint as checkpoint_lib
 from bertjax import config_check
 from bertjax import config_lib
 from bertjax import distributed
+from bertjax import divergence
 from bertjax import flops
 from bertjax import metric_writers
 from bertjax import objectives
 from bertjax import optim
+from bertjax import preemption
 from bertjax import pretraining
 from bertjax import sharding
 from data_pipelines import corpus as corpus_lib
@@ -87,6 +93,8 @@ class TrainState:
   step: jax.Array
   params: Any
   opt_state: Any
+  # divergence.init_health()'s counters (None: a fine-tuning state).
+  health: Any = None
 
 
 class ResumeError(ValueError):
@@ -248,7 +256,8 @@ def make_steps(cfg, task: pretraining.Task, global_spec: dict) -> Steps:
              in global_spec.items()}
     params = task.init(jax.random.fold_in(root_key, _MODEL_KEY), dummy)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      opt_state=optimizer(params).init(params))
+                      opt_state=optimizer(params).init(params),
+                      health=divergence.init_health())
 
   def optimizer(params):
     """``tx`` on the trainable leaves; frozen ones (a teacher) get no
@@ -273,9 +282,15 @@ def make_steps(cfg, task: pretraining.Task, global_spec: dict) -> Steps:
     updates, opt_state = optimizer(state.params).update(
         grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(sums, loss=loss, grad_norm=optax.global_norm(grads),
-                   learning_rate=schedule(state.step))
-    return TrainState(state.step + 1, params, opt_state), metrics
+    grad_norm = optax.global_norm(grads)
+    # A non-finite step keeps the state it started from (and is counted).
+    (params, opt_state), health = divergence.guard(
+        state.health, state.step, loss, grad_norm, (params, opt_state),
+        (state.params, state.opt_state), cfg.divergence.spike_factor,
+        cfg.divergence.spike_window)
+    metrics = dict(sums, loss=loss, grad_norm=grad_norm,
+                   learning_rate=schedule(state.step), health=health)
+    return TrainState(state.step + 1, params, opt_state, health), metrics
 
   def eval_step(params, batch):
     return loss_fn(params, batch, None)[1]
@@ -338,6 +353,13 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
        'on first use, then reused)')
   with distributed.process_zero_first('input data'):
     tokenizer, prepared = _prepare_data(cfg, saved_meta, workdir)
+  # What reading the corpus dropped or repaired, in every logged step's
+  # metrics (data_skipped_*) and run_meta.json.
+  data_skipped = {f'data_skipped_{k}': v for k, v in prepared.skipped.items()}
+  if any(data_skipped.values()):
+    _say('warning: preparing the data skipped or repaired '
+         f'{pretokenize.format_skipped(prepared.skipped)} (what each count '
+         'means: data_pipelines/corpus.py SKIP_COUNTERS)')
   vocab_size = tokenizer_lib.padded_vocab_size(tokenizer.vocab_size)
   train_iter = iter(pipeline.train_dataset(prepared, cfg, rows))
   eval_batches = pipeline.eval_batches(prepared, cfg, rows)
@@ -399,16 +421,18 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
               abstract_state.params, task.trainable),
           'flops_per_token': task.flops_per_token,
           'mesh': dict(mesh.shape), 'processes': jax.process_count(),
-          'step_memory_bytes': memory_bytes})
+          'step_memory_bytes': memory_bytes,
+          'data_skipped': prepared.skipped})
       with open(os.path.join(workdir, _SHARDING_REPORT), 'w') as f:
         f.write(f'mesh {dict(mesh.shape)}\n{layout}\n')
       tokenizer.save(os.path.join(workdir, 'tokenizer.model'))
     ckpt = checkpoint_lib.Checkpointer(
         os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
         cfg.keep_checkpoints)
-    latest = ckpt.latest_step()
-    if latest is not None:
-      state = ckpt.restore(latest, abstract_state, train_iter)
+    # The newest intact checkpoint; corrupt ones are set aside (kept).
+    restored = ckpt.restore_latest(abstract_state, train_iter, say=_say)
+    if restored is not None:
+      state, latest = restored
       _say(f'resumed from the checkpoint at step {latest} in {workdir}')
     elif cfg.init_from and checkpoint_lib.is_params_only(cfg.init_from):
       # An imported checkpoint (experiments/import_hf.py): its parameters,
@@ -434,6 +458,15 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     # ---- Train loop.
     writer = metric_writers.MetricWriter(workdir, num_train_steps, step,
                                          enabled=is_main)
+    monitor = divergence.Monitor(
+        cfg.divergence.policy, cfg.divergence.halt_after,
+        cfg.divergence.spike_factor, writer.message,
+        start=jax.device_get(state.health))
+
+    def last_checkpoint() -> str:
+      latest = ckpt.latest_step()
+      return ('none (no checkpoint was written)' if latest is None else
+              f'step {latest} in {ckpt.directory}')
     peak = flops.peak_flops(mesh.devices.flat[0].device_kind)
     writer.message(f'training steps {step}..{num_train_steps} on '
                    f'{mesh.size} device(s); compile {compile_seconds:.1f}s; '
@@ -445,22 +478,21 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
       """Writes a logged step's metrics, fetched now (waiting for it)."""
       nonlocal t_last
       step_logged, metrics = entry['step'], jax.device_get(entry['metrics'])
-      if not np.isfinite(metrics['loss']):  # Diverged: stop, keep ckpts.
-        raise FloatingPointError(
-            f'loss is {metrics["loss"]} at step {step_logged}; the last good '
-            f'checkpoint is step {ckpt.latest_step()} in {workdir}.')
+      monitor.check(step_logged, metrics['health'], last_checkpoint())
       now = time.time()
       summary = objectives.summarize(metrics)
       summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
-                     learning_rate=metrics['learning_rate'],
-                     tokens_per_second=entry['tokens'] / max(now - t_last,
-                                                             1e-9))
+                     learning_rate=metrics['learning_rate'])
+      summary.update({k: metrics['health'][k] for k in divergence.LOGGED})
       # Achieved model FLOP/s (analytic, real tokens) and, where the device's
-      # peak is known, MFU.
-      summary['tflops_per_second'] = (summary['tokens_per_second']
-                                      * task.flops_per_token / 1e12)
+      # peak is known, MFU: timings, kept apart from the metrics that a
+      # rerun reproduces byte for byte.
+      timing = {'tokens_per_second': entry['tokens'] / max(now - t_last,
+                                                           1e-9)}
+      timing['tflops_per_second'] = (timing['tokens_per_second']
+                                     * task.flops_per_token / 1e12)
       if peak:
-        summary['mfu'] = summary['tflops_per_second'] * 1e12 / (
+        timing['mfu'] = timing['tflops_per_second'] * 1e12 / (
             peak * mesh.size)
       # Masking telemetry of the logged step's batch (like the metrics).
       masking_summary = masking_lib.summarize_statistics(entry['statistics'])
@@ -469,38 +501,69 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
                           f'at step {step_logged}')
       summary.update(masking_summary)
       summary.update(entry['eval'])
-      writer.write(step_logged, summary)
+      summary.update(data_skipped)
+      writer.write(step_logged, summary, timing)
       t_last = now
+
+    def save(force: bool = False) -> None:
+      """A checkpoint of ``step`` if due (or ``force``), after the divergence
+      check (its counters are fetched with the state) and after the metrics
+      written so far reach the disk."""
+      if not (force or ckpt.is_due(step)):
+        return
+      monitor.check(step, jax.device_get(state.health), last_checkpoint())
+      writer.sync()
+      ckpt.save(step, state, train_iter, force=True)
 
     # A logged step's metrics are fetched after the next step is dispatched,
     # so the device never waits for the host; they are fetched at once where
     # a checkpoint follows (no checkpoint after an unseen divergence) and at
     # the last step.
     pending = None
-    while step < num_train_steps:
-      batch = next(train_iter)
-      tokens += int(batch['attention_mask'].sum()) * jax.process_count()
-      state, metrics = step_fn(state, to_global(batch))
-      step += 1
-      writer.advance(step)
-      if pending is not None:
-        log(pending)
-        pending = None
-      last = step == num_train_steps
-      if step % cfg.log_every_steps == 0 or last:
-        for value in jax.tree.leaves(metrics):
-          value.copy_to_host_async()
-        entry = {'step': step, 'metrics': metrics, 'tokens': tokens,
-                 'statistics': batch[pipeline.STATISTICS],
-                 'eval': (evaluate(state.params) if step % cfg.eval_every_steps
-                          == 0 or last else {})}
-        tokens = 0
-        if last or ckpt.is_due(step):
-          log(entry)
-        else:
-          pending = entry
-      ckpt.save(step, state, train_iter, force=last)
-    ckpt.wait()
+    try:
+      with preemption.PreemptionWatch() as watch:
+        while step < num_train_steps:
+          batch = next(train_iter)
+          tokens += int(batch['attention_mask'].sum()) * jax.process_count()
+          state, metrics = step_fn(state, to_global(batch))
+          step += 1
+          ckpt.check()   # A failed background save stops the run now.
+          writer.advance(step)
+          if pending is not None:
+            log(pending)
+            pending = None
+          last = step == num_train_steps
+          if step % cfg.log_every_steps == 0 or last:
+            for value in jax.tree.leaves(metrics):
+              value.copy_to_host_async()
+            entry = {'step': step, 'metrics': metrics, 'tokens': tokens,
+                     'statistics': batch[pipeline.STATISTICS],
+                     'eval': (evaluate(state.params)
+                              if step % cfg.eval_every_steps == 0 or last
+                              else {})}
+            tokens = 0
+            if last or ckpt.is_due(step):
+              log(entry)
+            else:
+              pending = entry
+          if not last and watch.reached(step):
+            if pending is not None:
+              log(pending)
+            save(force=True)
+            ckpt.close()     # Waits until the checkpoint is written.
+            writer.message(f'preemption notice: saved the checkpoint at step '
+                           f'{step}; exiting with status '
+                           f'{preemption.EXIT_PREEMPTED} to be relaunched.')
+            writer.close()
+            train_iter.close()
+            raise preemption.Preempted(step, workdir)
+          save(force=last)
+    except BaseException:
+      # The save in flight completes, so the checkpoint a message names
+      # exists; the original error is the one raised.
+      with contextlib.suppress(Exception):
+        ckpt.close()
+      raise
     ckpt.close()
     train_iter.close()   # Stops Grain's workers and frees their buffers.
 
@@ -546,7 +609,11 @@ def main(argv) -> None:
   how = distributed.initialize(_MULTIHOST.value, _COORDINATOR.value,
                                _NUM_PROCESSES.value, _PROCESS_ID.value)
   _say(f'jax {jax.__version__}: {how}')
-  train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  try:
+    train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except preemption.Preempted as e:
+    _say(str(e))
+    sys.exit(preemption.EXIT_PREEMPTED)
 
 
 def run() -> None:

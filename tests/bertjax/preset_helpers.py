@@ -53,6 +53,6 @@ def set_fields(cfg, fields: dict):
   return cfg
 
 
-def read_jsonl(workdir: str) -> list[dict]:
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+def read_jsonl(workdir: str, name: str = 'metrics.jsonl') -> list[dict]:
+  with open(os.path.join(workdir, name)) as f:
     return [json.loads(line) for line in f]
