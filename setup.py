@@ -42,7 +42,9 @@ setuptools.setup(
     extras_require={
         # torch: transformers runs the exported models in the tests; the
         # upper bound admits the CPU build that 2.13.0 ships as.
-        'test': ['pytest>=8,<10', 'hypothesis>=6.100,<7', 'scipy>=1.11,<2',
+        # pytest-xdist: the suite runs on two workers (README's command).
+        'test': ['pytest>=8,<10', 'pytest-xdist>=3.6,<4',
+                 'hypothesis>=6.100,<7', 'scipy>=1.11,<2',
                  'matplotlib>=3.9,<4', 'torch>=2.6,<=2.13.0',
                  'transformers>=5,<6'],
         # experiments/compare.py's plots.

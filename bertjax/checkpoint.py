@@ -282,27 +282,43 @@ class Checkpointer:
         f'written ({type(error).__name__}: {error}); {intact}. Free space '
         'or fix the filesystem, then rerun.') from error
 
-  def restore(self, step: int, abstract_state: Any, data_iterator) -> Any:
+  def restore(self, step: int, abstract_state: Any, data_iterator,
+              defaults: Callable[[], dict] | None = None) -> Any:
     """The state at ``step``, sharded like ``abstract_state``'s leaves.
 
     ``data_iterator`` is moved to the saved position in place (None: a
     run whose batches are a function of the step saves no iterator).
+    ``defaults``: for a dataclass state, the values of fields added since
+    the checkpoint was written (``{field: value}``), so that it restores.
     """
-    items = {'state': ocp.args.StandardRestore(abstract_state)}
+    target, added = abstract_state, []
+    if defaults is not None and dataclasses.is_dataclass(abstract_state):
+      saved = set(self._manager.item_metadata(step)['state'].keys())
+      names = [f.name for f in dataclasses.fields(abstract_state)]
+      added = [n for n in names if n not in saved]
+      if added:
+        target = {n: getattr(abstract_state, n) for n in names
+                  if n in saved}
+    items = {'state': ocp.args.StandardRestore(target)}
     if data_iterator is not None:
       items['data'] = IteratorRestore(data_iterator)
-    return self._manager.restore(step, args=ocp.args.Composite(**items)
-                                 )['state']
+    state = self._manager.restore(step, args=ocp.args.Composite(**items)
+                                  )['state']
+    if added:
+      fill = defaults()
+      state = abstract_state.replace(**state, **{n: fill[n] for n in added})
+    return state
 
   def restore_latest(self, abstract_state: Any, data_iterator,
-                     say: Callable[[str], None] = print
+                     say: Callable[[str], None] = print,
+                     defaults: Callable[[], dict] | None = None
                      ) -> tuple[Any, int] | None:
     """The newest intact step's state and its step, or None if there is
     no checkpoint.
 
     A step that fails its manifest, or that has none and fails to restore,
     is moved to ``checkpoints_corrupt/`` with a message through ``say``,
-    and the next older step is tried. A step whose manifest holds but
+    and the next older step is tried. ``defaults``: as in ``restore``. A step whose manifest holds but
     whose restore fails is not corrupt (e.g. another model's checkpoint):
     that error is raised as it is.
     """
@@ -326,7 +342,8 @@ class Checkpointer:
         set_aside.append(step)
         continue
       try:
-        return self.restore(step, abstract_state, data_iterator), step
+        return self.restore(step, abstract_state, data_iterator,
+                            defaults), step
       except Exception as e:  # pylint: disable=broad-exception-caught
         if sealed:
           raise

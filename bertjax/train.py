@@ -430,7 +430,12 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
         os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
         cfg.keep_checkpoints)
     # The newest intact checkpoint; corrupt ones are set aside (kept).
-    restored = ckpt.restore_latest(abstract_state, train_iter, say=_say)
+    # A checkpoint written before the divergence counters existed gets
+    # fresh ones.
+    restored = ckpt.restore_latest(
+        abstract_state, train_iter, say=_say,
+        defaults=lambda: {'health': jax.jit(
+            divergence.init_health, out_shardings=state_sh.health)()})
     if restored is not None:
       state, latest = restored
       _say(f'resumed from the checkpoint at step {latest} in {workdir}')

@@ -1,9 +1,14 @@
 """Checkpoint round trip: state and data iterator come back exactly."""
 
+import json
+import os
+
+import flax
 import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from bertjax import checkpoint
 from bertjax import sharding
@@ -100,3 +105,54 @@ def test_restores_a_checkpoint_of_grains_own_handler(tmp_path):
   ckpt.close()
   np.testing.assert_array_equal(restored['w'], [0.0, 1.0])
   np.testing.assert_array_equal(next(fresh)['x'], next(it)['x'])
+
+
+def test_every_saved_step_is_sealed_and_verifies(tmp_path):
+  ckpt = checkpoint.Checkpointer(str(tmp_path / 'ckpt'), save_every_steps=1,
+                                 keep=3)
+  it = _iterator()
+  for step in (1, 2):
+    ckpt.save(step, {'w': jnp.full(4, step)}, it)
+  ckpt.close()
+  for step in (1, 2):
+    step_dir = str(tmp_path / 'ckpt' / str(step))
+    assert checkpoint.verify(step_dir)
+    with open(os.path.join(step_dir, checkpoint.MANIFEST)) as f:
+      files = json.load(f)['files']
+    assert 'data/iterator_state.json' in files
+    assert any(name.startswith('state/') for name in files)
+  with open(tmp_path / 'ckpt' / '2' / 'data' / 'iterator_state.json',
+            'a') as f:
+    f.write(' ')
+  with pytest.raises(checkpoint.CorruptCheckpointError, match='has 2'):
+    checkpoint.verify(str(tmp_path / 'ckpt' / '2'))
+
+
+def test_a_state_saved_before_a_field_existed_restores_with_its_default(
+    tmp_path):
+  @flax.struct.dataclass
+  class Before:
+    step: jax.Array
+    params: dict
+
+  @flax.struct.dataclass
+  class After:
+    step: jax.Array
+    params: dict
+    health: dict = None
+
+  replicated = sharding.replicated(sharding.make_mesh((-1, 1, 1)))
+  ckpt = checkpoint.Checkpointer(str(tmp_path / 'ckpt'), save_every_steps=1,
+                                 keep=1)
+  ckpt.save(3, Before(jnp.int32(3), {'w': jnp.arange(3.0)}), _iterator())
+  ckpt.wait()
+  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype,  # pylint: disable=g-long-lambda
+                                                   sharding=replicated)
+  abstract = After(spec((), jnp.int32), {'w': spec((3,), jnp.float32)},
+                   {'n': spec((), jnp.int32)})
+  restored, step = ckpt.restore_latest(
+      abstract, _iterator(), defaults=lambda: {'health': {'n': jnp.int32(7)}})
+  ckpt.close()
+  assert step == 3 and isinstance(restored, After)
+  np.testing.assert_array_equal(restored.params['w'], [0.0, 1.0, 2.0])
+  assert int(restored.health['n']) == 7

@@ -1,9 +1,10 @@
-"""Fault injection: kills, preemption, corruption, NaNs and a full disk cost
-no work and no data (pytest -m fault).
+"""Fault injection in processes of their own: kills, preemption and a full
+disk cost no work and no data (pytest -m fault).
 
 Every test ends by comparing with one uninterrupted run of the same tiny
 config: ``metrics.jsonl`` byte for byte and the final parameters bit for
-bit (``experiments/kill_resume.compare``).
+bit (``experiments/kill_resume.compare``). In-process faults (corruption,
+NaNs) are in test_corruption_and_divergence.py.
 """
 
 import glob
@@ -15,46 +16,18 @@ import subprocess
 import sys
 import time
 
-import grain
-import numpy as np
 import pytest
 
 from bertjax import checkpoint
-from bertjax import divergence
 from bertjax import preemption
-from bertjax import train
-from data_pipelines import pipeline
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, 'tests', 'bertjax'))
-sys.path.insert(0, os.path.join(REPO, 'experiments'))
-import kill_resume  # pylint: disable=g-import-not-at-top,wrong-import-position
-import preset_helpers  # pylint: disable=g-import-not-at-top,wrong-import-position
+import fault_helpers
+from fault_helpers import DEMO, DRIVER, REPO
+from fault_helpers import assert_identical as _assert_identical
+from fault_helpers import env as _env
+from fault_helpers import flags as _flags
+from fault_helpers import steps as _steps
 
 pytestmark = pytest.mark.fault
-
-DEMO = os.path.join(REPO, 'experiments', 'configs', 'demo.py')
-DRIVER = os.path.join(REPO, 'tests', 'fault', 'driver.py')
-# 16 tiny steps, every one logged, a checkpoint every 4.
-RUN = {**preset_helpers.TINY, 'total_steps': 16, 'log_every_steps': 1,
-       'eval_every_steps': 8, 'checkpoint_every_steps': 4,
-       'keep_checkpoints': 3}
-
-
-def _config(data_dir, **overrides):
-  cfg = preset_helpers.load_preset('demo')
-  return preset_helpers.set_fields(
-      cfg, {**RUN, 'data.data_dir': str(data_dir), **overrides})
-
-
-def _flags(data_dir, **overrides) -> list[str]:
-  return [f'--config.{k}={v}' for k, v in
-          {**RUN, 'data.data_dir': str(data_dir), **overrides}.items()]
-
-
-def _env() -> dict:
-  return dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu')
 
 
 def _run(workdir, data_dir, fault='', check=True, **overrides):
@@ -71,10 +44,6 @@ def _run(workdir, data_dir, fault='', check=True, **overrides):
   return result
 
 
-def _steps(directory) -> list[int]:
-  return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
-
-
 @pytest.fixture(scope='module')
 def data_dir(tmp_path_factory):
   return tmp_path_factory.mktemp('data')
@@ -88,17 +57,15 @@ def reference(data_dir, tmp_path_factory):
   return workdir
 
 
-def _assert_identical(reference, workdir):
-  assert kill_resume.compare(reference, workdir) == []
-
-
-def test_sigkill_at_random_steps_then_resume_is_identical(
+def test_sigkill_at_a_random_step_then_resume_is_identical(
     reference, data_dir, tmp_path):
-  problems = kill_resume.kill_and_resume(
-      DEMO, str(tmp_path), _flags(data_dir), kills=2,
-      seed=random.SystemRandom().randrange(2**31), reference=reference,
-      max_delay=0.02, log=lambda _: None)
-  assert problems == []
+  # A new moment every run (the seed is in the message to replay it).
+  seed = random.SystemRandom().randrange(2**31)
+  said = []
+  problems = fault_helpers.kill_resume.kill_and_resume(
+      DEMO, str(tmp_path), _flags(data_dir), kills=1, seed=seed,
+      reference=reference, max_delay=0.02, log=said.append)
+  assert problems == [], f'seed {seed}: {said}'
 
 
 # The most dangerous moment: every file written, the commit not yet made.
@@ -141,155 +108,10 @@ def test_sigterm_checkpoints_the_next_step_and_exits_75(
   assert _steps(os.path.join(workdir, 'checkpoints'))[-1] == saved
   assert checkpoint.verify(os.path.join(workdir, 'checkpoints', str(saved)))
   # Nothing logged beyond the checkpoint: the rerun continues from it.
-  assert preset_helpers.read_jsonl(workdir)[-1]['step'] == saved
+  assert fault_helpers.preset_helpers.read_jsonl(workdir)[-1]['step'] == saved
   result = _run(workdir, data_dir)
   assert f'resumed from the checkpoint at step {saved}' in result.stdout
   _assert_identical(reference, workdir)
-
-
-def _flip_a_byte(step_dir):
-  path = max(glob.glob(os.path.join(step_dir, 'state', '**', 'd', '*'),
-                       recursive=True), key=os.path.getsize)
-  with open(path, 'r+b') as f:
-    f.seek(os.path.getsize(path) // 2)
-    byte = f.read(1)
-    f.seek(-1, os.SEEK_CUR)
-    f.write(bytes([byte[0] ^ 0xFF]))
-
-
-def _truncate(step_dir):
-  path = os.path.join(step_dir, 'state', 'manifest.ocdbt')
-  with open(path, 'r+b') as f:
-    f.truncate(os.path.getsize(path) // 2)
-
-
-def _delete_iterator_state(step_dir):
-  os.remove(os.path.join(step_dir, 'data', 'iterator_state.json'))
-
-
-def _garble_manifest(step_dir):
-  with open(os.path.join(step_dir, checkpoint.MANIFEST), 'w') as f:
-    f.write('{"files": ')
-
-
-@pytest.fixture(scope='module')
-def stopped_at_12(data_dir, tmp_path_factory):
-  """A run stopped at step 12 (checkpoints 4, 8 and 12)."""
-  workdir = str(tmp_path_factory.mktemp('stopped') / 'run')
-  train.train_and_evaluate(_config(data_dir, num_train_steps=12), workdir)
-  return workdir
-
-
-@pytest.mark.parametrize('corrupt', [_flip_a_byte, _truncate,
-                                     _delete_iterator_state, _garble_manifest])
-def test_corrupt_latest_checkpoint_falls_back_to_the_previous(
-    reference, data_dir, stopped_at_12, tmp_path, corrupt, capsys):
-  workdir = str(tmp_path / 'run')
-  shutil.copytree(stopped_at_12, workdir)
-  directory = os.path.join(workdir, 'checkpoints')
-  assert _steps(directory) == [4, 8, 12]
-  corrupt(os.path.join(directory, '12'))
-  with pytest.raises(checkpoint.CorruptCheckpointError):
-    checkpoint.verify(os.path.join(directory, '12'))
-  capsys.readouterr()
-  train.train_and_evaluate(_config(data_dir), workdir)
-  out = capsys.readouterr().out
-  assert 'checkpoint step 12 is unusable' in out
-  assert 'falling back to step 8' in out
-  assert 'resumed from the checkpoint at step 8' in out
-  # Kept for inspection, never deleted; out of the way of the new step 12.
-  assert os.path.isdir(os.path.join(workdir, 'checkpoints_corrupt', '12'))
-  _assert_identical(reference, workdir)
-
-
-def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(data_dir,
-                                                            tmp_path):
-  workdir = str(tmp_path / 'run')
-  train.train_and_evaluate(
-      _config(data_dir, num_train_steps=4, keep_checkpoints=1), workdir)
-  _flip_a_byte(os.path.join(workdir, 'checkpoints', '4'))
-  with pytest.raises(checkpoint.CorruptCheckpointError,
-                     match='no intact checkpoint'):
-    train.train_and_evaluate(_config(data_dir), workdir)
-  assert os.path.isdir(os.path.join(workdir, 'checkpoints_corrupt', '4'))
-
-
-def _with_nan_batches(monkeypatch, steps):
-  """The training stream with NaN masked_weights at the given (1-based)
-  steps: their loss and gradients are NaN."""
-  make = pipeline.train_dataset
-
-  class NanBatches(grain.DatasetIterator):
-
-    def __init__(self, inner):
-      super().__init__()
-      self._inner, self._taken = inner, 0
-
-    def __next__(self):
-      batch = dict(next(self._inner))
-      self._taken += 1
-      if self._taken in steps:
-        batch['masked_weights'] = np.full_like(batch['masked_weights'],
-                                               np.nan)
-      return batch
-
-    def get_state(self):
-      return self._inner.get_state()
-
-    def set_state(self, state):
-      self._inner.set_state(state)
-
-    def close(self):
-      self._inner.close()
-
-  class Dataset:
-
-    def __init__(self, ds):
-      self._ds = ds
-
-    def __iter__(self):
-      return NanBatches(iter(self._ds))
-
-  monkeypatch.setattr(pipeline, 'train_dataset',
-                      lambda *a, **k: Dataset(make(*a, **k)))
-
-
-def test_nan_steps_are_skipped_and_counted(data_dir, tmp_path, monkeypatch,
-                                           capsys):
-  _with_nan_batches(monkeypatch, {6, 7})
-  workdir = str(tmp_path / 'run')
-  train.train_and_evaluate(
-      _config(data_dir, total_steps=12, checkpoint_every_steps=12,
-              **{'divergence.halt_after': 3}), workdir)
-  records = {r['step']: r for r in preset_helpers.read_jsonl(workdir)}
-  assert [records[s]['skipped_steps'] for s in (5, 6, 7, 8, 12)] == [
-      0, 1, 2, 2, 2]
-  assert np.isnan(records[6]['loss']) and np.isfinite(records[8]['loss'])
-  assert all(np.isfinite(r['grad_norm']) for s, r in records.items()
-             if s not in (6, 7))
-  assert 'step(s) with a non-finite loss or gradient' in capsys.readouterr(
-      ).out
-  params = checkpoint.load_run(workdir).params
-  assert all(np.isfinite(np.asarray(x)).all() for x in
-             __import__('jax').tree.leaves(params))
-
-
-@pytest.mark.parametrize('policy, halt_after, nan_steps, halted_at', [
-    ('halt', 10, {6}, 6), ('skip', 2, {6, 7}, 7)])
-def test_nan_steps_halt_per_policy_naming_the_last_good_checkpoint(
-    data_dir, tmp_path, monkeypatch, policy, halt_after, nan_steps,
-    halted_at):
-  _with_nan_batches(monkeypatch, nan_steps)
-  workdir = str(tmp_path / 'run')
-  cfg = _config(data_dir, **{'divergence.policy': policy,
-                             'divergence.halt_after': halt_after})
-  with pytest.raises(divergence.DivergenceError,
-                     match=f'halting at step {halted_at}: .* The last good '
-                     'checkpoint is step 4 in '):
-    train.train_and_evaluate(cfg, workdir)
-  directory = os.path.join(workdir, 'checkpoints')
-  assert _steps(directory) == [4]
-  assert checkpoint.verify(os.path.join(directory, '4'))
 
 
 def test_full_disk_during_a_save_keeps_the_previous_checkpoint(

@@ -1,0 +1,97 @@
+"""The divergence guard inside the step, and the host's policy."""
+
+import os
+import signal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import divergence
+from bertjax import preemption
+
+_NAN = float('nan')
+
+
+def _guard(health, step, loss, grad_norm=1.0, factor=3.0, window=4):
+  new, old = {'w': jnp.full(3, 2.0)}, {'w': jnp.full(3, 1.0)}
+  return jax.jit(divergence.guard, static_argnums=(6, 7))(
+      health, jnp.int32(step), jnp.float32(loss), jnp.float32(grad_norm),
+      new, old, factor, window)
+
+
+def test_a_finite_step_takes_the_update_and_starts_the_mean():
+  kept, health = _guard(divergence.init_health(), 0, 2.0)
+  np.testing.assert_array_equal(kept['w'], [2.0, 2.0, 2.0])
+  assert int(health['skipped_steps']) == 0
+  assert int(health['finite_steps']) == 1
+  assert float(health['loss_mean']) == 2.0
+
+
+@pytest.mark.parametrize('loss, grad_norm', [
+    (_NAN, 1.0), (float('inf'), 1.0), (1.0, _NAN), (1.0, float('inf'))])
+def test_a_non_finite_step_keeps_the_old_state_and_counts(loss, grad_norm):
+  _, health = _guard(divergence.init_health(), 0, 2.0)
+  kept, health = _guard(health, 1, loss, grad_norm)
+  np.testing.assert_array_equal(kept['w'], [1.0, 1.0, 1.0])
+  assert int(health['skipped_steps']) == 1
+  assert int(health['consecutive_skipped']) == 1
+  assert float(health['loss_mean']) == 2.0      # Untouched by the NaN.
+  kept, health = _guard(health, 2, _NAN)
+  assert int(health['consecutive_skipped']) == 2
+  kept, health = _guard(health, 3, 2.0)
+  assert int(health['consecutive_skipped']) == 0   # A finite step resets.
+  assert int(health['skipped_steps']) == 2
+
+
+def test_spikes_are_losses_above_factor_times_the_running_mean():
+  health = divergence.init_health()
+  for step in range(4):
+    _, health = _guard(health, step, 1.0)
+  _, health = _guard(health, 4, 2.9)              # Below 3x: no spike.
+  assert int(health['loss_spikes']) == 0
+  mean = float(health['loss_mean'])
+  assert mean == pytest.approx(0.75 * 1.0 + 0.25 * 2.9, rel=1e-6)
+  _, health = _guard(health, 5, 3.5 * mean)
+  assert int(health['loss_spikes']) == 1
+  assert int(health['last_spike_step']) == 6      # The step taken: 5 + 1.
+  assert float(health['last_spike_ratio']) == pytest.approx(3.5, rel=1e-5)
+  _, off = _guard(health, 6, 100 * mean, factor=0.0)
+  assert int(off['loss_spikes']) == 1             # spike_factor=0: off.
+
+
+def _host(**counts):
+  health = {k: 0 for k in divergence.init_health()}
+  health.update(counts)
+  return health
+
+
+def test_monitor_reports_changes_and_halts_per_policy():
+  said = []
+  monitor = divergence.Monitor('skip', 3, 3.0, said.append,
+                               start=_host(skipped_steps=1))
+  monitor.check(10, _host(skipped_steps=1), 'step 8')
+  assert not said                                 # Nothing new since start.
+  monitor.check(20, _host(skipped_steps=3, consecutive_skipped=2,
+                          loss_spikes=1, last_spike_step=17,
+                          last_spike_ratio=4.5), 'step 16')
+  assert '2 step(s) with a non-finite loss' in said[0]
+  assert '3 in all' in said[0]
+  assert 'at step 17, 4.50x' in said[1]
+  with pytest.raises(divergence.DivergenceError,
+                     match='last 3 consecutive.*checkpoint is step 16 in x'):
+    monitor.check(21, _host(skipped_steps=4, consecutive_skipped=3),
+                  'step 16 in x')
+  halt = divergence.Monitor('halt', 10, 3.0, said.append)
+  with pytest.raises(divergence.DivergenceError, match="policy='halt'"):
+    halt.check(5, _host(skipped_steps=1, consecutive_skipped=1), 'none')
+
+
+def test_sigterm_is_noticed_at_the_next_check_and_the_handler_restored():
+  before = signal.getsignal(signal.SIGTERM)
+  with preemption.PreemptionWatch() as watch:
+    assert not watch.reached(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert watch.reached(2)
+  assert signal.getsignal(signal.SIGTERM) is before

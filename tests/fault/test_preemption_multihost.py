@@ -1,0 +1,77 @@
+"""A preemption notice to one host of two: both save the same step and exit
+75 (JAX's preemption service agrees on the step), and the rerun resumes.
+
+Two ``python -m bertjax.train`` processes on loopback (gloo), 2 fake CPU
+devices each; SIGTERM goes to process 1 only.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bertjax import checkpoint
+from bertjax import preemption
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, 'tests', 'bertjax'))
+import preset_helpers  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+pytestmark = pytest.mark.fault
+
+DEMO = os.path.join(preset_helpers.CONFIGS, 'demo.py')
+FIELDS = {**preset_helpers.TINY, 'batch_size': 8, 'total_steps': 400,
+          'log_every_steps': 1, 'eval_every_steps': 1000,
+          'checkpoint_every_steps': 1000}
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def _start(tmp_path, workdir, port, index):
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+             JAX_PLATFORMS='cpu', BERTJAX_DATA_DIR=str(tmp_path / 'data'),
+             PYTHONPATH=REPO)
+  log = open(tmp_path / f'process{index}.log', 'w')
+  return subprocess.Popen(
+      [sys.executable, '-m', 'bertjax.train', f'--config={DEMO}',
+       f'--workdir={workdir}', f'--coordinator_address=localhost:{port}',
+       '--num_processes=2', f'--process_id={index}',
+       *[f'--config.{k}={v}' for k, v in FIELDS.items()]],
+      env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+
+
+def test_sigterm_to_one_host_checkpoints_one_step_on_both(tmp_path):
+  workdir = tmp_path / 'run'
+  port = _free_port()
+  procs = [_start(tmp_path, workdir, port, i) for i in range(2)]
+  metrics = workdir / 'metrics.jsonl'
+  deadline = time.time() + 300
+  try:
+    while time.time() < deadline and all(p.poll() is None for p in procs):
+      if metrics.exists() and sum(1 for _ in open(metrics)) >= 3:
+        break
+      time.sleep(0.01)
+    procs[1].send_signal(signal.SIGTERM)
+    codes = [p.wait(300) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  logs = [(tmp_path / f'process{i}.log').read_text() for i in range(2)]
+  assert codes == [preemption.EXIT_PREEMPTED] * 2, '\n'.join(
+      log[-3000:] for log in logs)
+  saved = int(logs[0].split('saved the checkpoint at step ')[1].split(';')[0])
+  assert 3 <= saved < 400
+  directory = workdir / 'checkpoints'
+  assert sorted(int(n) for n in os.listdir(directory) if n.isdigit()) == [
+      saved]
+  assert checkpoint.verify(str(directory / str(saved)))
