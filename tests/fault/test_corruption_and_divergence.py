@@ -27,11 +27,6 @@ pytestmark = pytest.mark.fault
 
 
 @pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp('data')
-
-
-@pytest.fixture(scope='module')
 def reference(data_dir, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('reference') / 'run')
   train.train_and_evaluate(_config(data_dir), workdir)

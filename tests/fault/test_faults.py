@@ -45,11 +45,6 @@ def _run(workdir, data_dir, fault='', check=True, **overrides):
 
 
 @pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp('data')
-
-
-@pytest.fixture(scope='module')
 def reference(data_dir, tmp_path_factory):
   """The uninterrupted run every faulty run must end identical to."""
   workdir = str(tmp_path_factory.mktemp('reference') / 'run')
