@@ -21,19 +21,34 @@ from absl import logging
 import tensorboardX
 
 
+def logged_lines(path: str) -> list[tuple[str, dict]]:
+  """The entries of a metrics JSON Lines file (each line as written, and
+  parsed), up to the first that is not a whole entry with a ``step``: a
+  line torn by a kill mid-write ends the good part. Blank lines are
+  skipped; a missing file has none."""
+  if not os.path.exists(path):
+    return []
+  entries = []
+  with open(path) as f:
+    for line in f:
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except ValueError:
+        break
+      if not isinstance(record, dict) or 'step' not in record:
+        break
+      entries.append((line, record))
+  return entries
+
+
 def truncate_jsonl(path: str, last_step: int) -> None:
   """Keeps only entries with ``step <= last_step`` (atomic rewrite)."""
   if not os.path.exists(path):
     return
-  with open(path) as f:
-    lines = [line for line in f if line.strip()]
-  kept = []
-  for line in lines:
-    try:
-      if json.loads(line)['step'] <= last_step:
-        kept.append(line)
-    except (ValueError, KeyError):
-      break  # A line torn by a kill mid-write ends the good part.
+  kept = [line for line, record in logged_lines(path)
+          if record['step'] <= last_step]
   tmp = f'{path}.tmp'
   with open(tmp, 'w') as f:
     f.writelines(kept)

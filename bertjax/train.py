@@ -524,7 +524,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     # so the device never waits for the host; they are fetched at once where
     # a checkpoint follows (no checkpoint after an unseen divergence) and at
     # the last step.
-    pending = None
+    pending, preempted = None, False
     try:
       with preemption.PreemptionWatch() as watch:
         while step < num_train_steps:
@@ -551,26 +551,26 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
               log(entry)
             else:
               pending = entry
-          if not last and watch.reached(step):
-            if pending is not None:
-              log(pending)
-            save(force=True)
-            ckpt.close()     # Waits until the checkpoint is written.
-            writer.message(f'preemption notice: saved the checkpoint at step '
-                           f'{step}; exiting with status '
-                           f'{preemption.EXIT_PREEMPTED} to be relaunched.')
-            writer.close()
-            train_iter.close()
-            raise preemption.Preempted(step, workdir)
-          save(force=last)
+          preempted = not last and watch.reached(step)
+          if preempted and pending is not None:
+            log(pending)
+          save(force=last or preempted)
+          if preempted:
+            break
     except BaseException:
       # The save in flight completes, so the checkpoint a message names
       # exists; the original error is the one raised.
       with contextlib.suppress(Exception):
         ckpt.close()
       raise
-    ckpt.close()
+    ckpt.close()         # Waits until the last checkpoint is written.
     train_iter.close()   # Stops Grain's workers and frees their buffers.
+    if preempted:
+      writer.message(f'preemption notice: saved the checkpoint at step '
+                     f'{step}; exiting with status '
+                     f'{preemption.EXIT_PREEMPTED} to be relaunched.')
+      writer.close()
+      raise preemption.Preempted(step, workdir)
 
     # ---- Final evaluation against the most-frequent-token baseline.
     final = evaluate(state.params)

@@ -23,7 +23,6 @@ speed, which is the point: any moment must do.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -52,17 +51,9 @@ def _env() -> dict:
 def _logged_steps(workdir: str) -> list[int]:
   """The steps in ``metrics.jsonl`` so far (a line being written is
   skipped)."""
-  path = os.path.join(workdir, METRICS)
-  if not os.path.exists(path):
-    return []
-  steps = []
-  with open(path) as f:
-    for line in f:
-      try:
-        steps.append(json.loads(line)['step'])
-      except (ValueError, KeyError):
-        break
-  return steps
+  from bertjax import metric_writers  # pylint: disable=g-import-not-at-top
+  return [record['step'] for _, record in
+          metric_writers.logged_lines(os.path.join(workdir, METRICS))]
 
 
 def _final_line(workdir: str) -> str:

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import socket
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -56,3 +57,10 @@ def set_fields(cfg, fields: dict):
 def read_jsonl(workdir: str, name: str = 'metrics.jsonl') -> list[dict]:
   with open(os.path.join(workdir, name)) as f:
     return [json.loads(line) for line in f]
+
+
+def free_port() -> int:
+  """A free TCP port on localhost (for a multi-process job's coordinator)."""
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]

@@ -14,7 +14,6 @@ the demo config, cut down to a tiny corpus and 6 steps:
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -61,12 +60,6 @@ def _wait(tmp, procs: dict) -> None:
     assert code == 0, f'{name} exited {code}:\n{log[-4000:]}'
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
-
-
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
   tmp = tmp_path_factory.mktemp('multihost')
@@ -74,7 +67,7 @@ def runs(tmp_path_factory):
   _wait(tmp, {'reference': _start(tmp, 'reference', 8,
                                    [f'--workdir={reference}'])})
   two = tmp / 'two_processes'
-  port = _free_port()
+  port = preset_helpers.free_port()
   _wait(tmp, {f'process{i}': _start(
       tmp, f'process{i}', 4,
       [f'--workdir={two}', f'--coordinator_address=localhost:{port}',
@@ -146,7 +139,7 @@ def test_restored_on_another_mesh_training_continues(runs):
 def test_a_workdir_that_is_not_shared_is_an_error(runs, tmp_path):
   """Each process given its own directory: they stop before training."""
   data = runs['data_dir']   # Built by the runs above.
-  port = _free_port()
+  port = preset_helpers.free_port()
   procs = {}
   for i in range(2):
     procs[f'unshared{i}'] = _start(

@@ -7,7 +7,6 @@ devices each; SIGTERM goes to process 1 only.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,12 +29,6 @@ FIELDS = {**preset_helpers.TINY, 'batch_size': 8, 'total_steps': 400,
           'checkpoint_every_steps': 1000}
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
-
-
 def _start(tmp_path, workdir, port, index):
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
              JAX_PLATFORMS='cpu', BERTJAX_DATA_DIR=str(tmp_path / 'data'),
@@ -51,7 +44,7 @@ def _start(tmp_path, workdir, port, index):
 
 def test_sigterm_to_one_host_checkpoints_one_step_on_both(tmp_path):
   workdir = tmp_path / 'run'
-  port = _free_port()
+  port = preset_helpers.free_port()
   procs = [_start(tmp_path, workdir, port, i) for i in range(2)]
   metrics = workdir / 'metrics.jsonl'
   deadline = time.time() + 300
