@@ -63,8 +63,11 @@ RESULT = 'downstream.json'
 _say = train_lib._say  # pylint: disable=protected-access  # Process 0 prints.
 _META = 'finetune_meta.json'
 # Keys split once from the seed: head (and random encoder) init, dropout,
-# the batch order.
-_INIT_KEY, _DROPOUT_KEY, _ORDER_KEY = 1, 2, 3
+# the batch order, the dev split.
+_INIT_KEY, _DROPOUT_KEY, _ORDER_KEY, _DEV_KEY = 1, 2, 3, 4
+# Kinds whose per-example held-out predictions downstream.json keeps (for
+# intervals over examples): one prediction per example.
+_PER_EXAMPLE = ('classification', 'regression')
 # The config sections a resumed fine-tuning run must share.
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'task', 'mode',
              'pooling', 'adapter_size', 'adapter_layer_norms',
@@ -106,6 +109,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.task.examples_per_class = 0   # embedded: keep N training examples per
                                   # class (0 = all).
   c.task.tfds_data_dir = ''
+  c.task.dev_fraction = 0.0       # Carve this fraction of the training
+                                  # examples (drawn from the seed) into a dev
+                                  # set, scored at the end (dev_metrics): for
+                                  # choosing settings without the eval set.
   c.max_seq_length = 128
   c.doc_stride = 128              # span: overlap of a long context's windows.
   c.max_query_length = 64
@@ -168,6 +175,8 @@ def validate(cfg, check_init: bool = True) -> None:
         f'max_seq_length={cfg.max_seq_length} must be >= 8.')
   check(cfg.unfreeze_every_steps >= 0,
         f'unfreeze_every_steps={cfg.unfreeze_every_steps} must be >= 0.')
+  check(0 <= cfg.task.dev_fraction < 1,
+        f'task.dev_fraction={cfg.task.dev_fraction} must be in [0, 1).')
   check(0 <= cfg.optimizer.warmup_proportion < 1,
         f'optimizer.warmup_proportion={cfg.optimizer.warmup_proportion} must '
         'be in [0, 1).')
@@ -299,7 +308,34 @@ def unfreeze_depth(path: tuple[str, ...], model_cfg) -> int:
 # Data: the task, encoded once, batched as a function of (seed, step).
 
 
-def load_task(cfg) -> downstream.Task:
+def load_task(cfg) -> tuple[downstream.Task, downstream.Task | None]:
+  """(task, dev): the task with its training examples less the dev split,
+  and the dev split as a task whose eval set it is (None without one)."""
+  task = _read_task(cfg)
+  if not cfg.task.dev_fraction:
+    return task, None
+  train, dev = dev_split(task.train, cfg.task.dev_fraction, cfg.seed)
+  return (dataclasses.replace(task, train=train),
+          dataclasses.replace(task, eval=dev))
+
+
+def dev_split(examples: list, fraction: float, seed: int
+              ) -> tuple[list, list]:
+  """(train, dev): ``round(fraction * n)`` examples drawn from ``seed``
+  (at least one) are dev, the rest train; both keep their order."""
+  num_dev = max(1, round(fraction * len(examples)))
+  if num_dev >= len(examples):
+    raise FinetuneError(f'task.dev_fraction={fraction} leaves no training '
+                        f'examples of {len(examples)}; lower it.')
+  chosen = np.random.default_rng([seed, _DEV_KEY]).permutation(
+      len(examples))[:num_dev]
+  is_dev = np.zeros(len(examples), bool)
+  is_dev[chosen] = True
+  return ([e for e, d in zip(examples, is_dev) if not d],
+          [e for e, d in zip(examples, is_dev) if d])
+
+
+def _read_task(cfg) -> downstream.Task:
   t = cfg.task
   if t.name == 'embedded':
     return downstream.embedded_task(t.examples_per_class, cfg.seed)
@@ -388,6 +424,11 @@ def _check_resume(workdir: str, cfg) -> None:
     return
   with open(path) as f:
     saved = json.load(f)['identity']
+  # A field added since the run was written counts at its default.
+  defaults = json.loads(json.dumps(_identity(base_config())))
+  for name, section in saved.items():
+    if isinstance(section, dict) and isinstance(defaults.get(name), dict):
+      saved[name] = {**defaults[name], **section}
   ours = json.loads(json.dumps(_identity(cfg)))
   changed = sorted(k for k in ours if saved.get(k) != ours[k])
   if changed:
@@ -419,11 +460,13 @@ def finetune(cfg, workdir: str) -> dict:
 
   # ---- Task, encoded with the pretrained run's tokenizer.
   try:
-    task = load_task(cfg)
+    task, dev_task = load_task(cfg)
   except downstream.TaskError as e:
     raise FinetuneError(f'task: {e}') from e
   train_data = _encode(cfg, task, task.train, pretrained.tokenizer)
   eval_data = _encode(cfg, task, task.eval, pretrained.tokenizer)
+  dev_data = (_encode(cfg, dev_task, dev_task.eval, pretrained.tokenizer)
+              if dev_task else None)
   num_rows = len(train_data['input_ids'])
   if num_rows < cfg.batch_size:
     raise FinetuneError(f'the task has {num_rows} training rows, fewer than '
@@ -437,7 +480,8 @@ def finetune(cfg, workdir: str) -> dict:
   unfreeze_every = cfg.unfreeze_every_steps or steps_per_epoch
   features = _INPUTS + _LABELS[task.kind]
   _say(f'task {task.name} ({task.kind}, {task.num_labels} labels): '
-       f'{len(task.train)} train / {len(task.eval)} eval examples, '
+       f'{len(task.train)} train / {len(dev_task.eval) if dev_task else 0} '
+       f'dev / {len(task.eval)} eval examples, '
        f'{num_rows} train rows of {cfg.max_seq_length} tokens; '
        f'{total_steps} steps of {cfg.batch_size}; mode {cfg.mode}; '
        f'{cfg.init_weights} weights from {cfg.init} step {pretrained.step}')
@@ -528,18 +572,22 @@ def finetune(cfg, workdir: str) -> dict:
           {k: data[k][row_ids[rows]] for k in keys}, batch_sh,
           cfg.batch_size)
 
-    def evaluate(params) -> dict[str, float]:
-      """The task's metrics on the whole eval set (the last batch padded
+    def predict_all(params, data: dict) -> np.ndarray:
+      """The head's logits on every row of ``data`` (the last batch padded
       with repeats of row 0, whose outputs are dropped)."""
-      n = len(eval_data['input_ids'])
+      n = len(data['input_ids'])
       outputs = []
       for start in range(0, n, cfg.batch_size):
         row_ids = np.arange(start, start + cfg.batch_size)
         row_ids = np.where(row_ids < n, row_ids, 0)
         outputs.append(np.asarray(jax.device_get(
-            predict_fn(params, to_global(eval_data, row_ids, _INPUTS)))))
-      logits = np.concatenate(outputs)[:n]
-      return evaluate_task(task, logits, eval_data, cfg)
+            predict_fn(params, to_global(data, row_ids, _INPUTS)))))
+      return np.concatenate(outputs)[:n]
+
+    def evaluate(params) -> dict[str, float]:
+      """The task's metrics on the whole eval set."""
+      return evaluate_task(task, predict_all(params, eval_data), eval_data,
+                           cfg)
 
     # ---- Load checkpoint, or initialize from the pretrained encoder.
     os.makedirs(workdir, exist_ok=True)
@@ -594,7 +642,10 @@ def finetune(cfg, workdir: str) -> dict:
       ckpt.save(step, state, force=last)
     ckpt.wait()
     ckpt.close()
-    final = evaluate(state.params)
+    eval_logits = predict_all(state.params, eval_data)
+    final = evaluate_task(task, eval_logits, eval_data, cfg)
+    dev = (evaluate_task(dev_task, predict_all(state.params, dev_data),
+                         dev_data, cfg) if dev_task else None)
 
   result = {'task': task.name, 'kind': task.kind, 'mode': cfg.mode,
             'init': os.path.abspath(cfg.init), 'init_step': pretrained.step,
@@ -602,12 +653,29 @@ def finetune(cfg, workdir: str) -> dict:
             'headline': task.metrics[0], 'metrics': final,
             'trainable_parameters': trained,
             'parameters': sum(sizes.values())}
+  if dev is not None:
+    result['dev_metrics'] = dev
+    result['dev_examples'] = len(dev_task.eval)
+  if task.kind in _PER_EXAMPLE:   # For intervals over held-out examples.
+    result.update(per_example_predictions(task.kind, eval_logits,
+                                          eval_data['label']))
   if is_main:
     train_lib._write_json_atomic(os.path.join(workdir, RESULT), result)  # pylint: disable=protected-access
   writer.message(f'{task.name}: ' + ', '.join(
-      f'{k} {v:.4f}' for k, v in final.items()))
+      f'{k} {v:.4f}' for k, v in final.items()) + (
+          '; dev ' + ', '.join(f'{k} {v:.4f}' for k, v in dev.items())
+          if dev is not None else ''))
   writer.close()
   return result
+
+
+def per_example_predictions(kind: str, logits: np.ndarray,
+                            labels: np.ndarray) -> dict:
+  """``eval_predictions`` and ``eval_labels``: one per held-out example
+  (classes, or regression values), as JSON lists."""
+  predictions = logits.argmax(-1) if kind == 'classification' else logits[:, 0]
+  return {'eval_predictions': predictions.tolist(),
+          'eval_labels': np.asarray(labels).tolist()}
 
 
 def _load_encoder(params: dict, abstract: dict, encoder: dict) -> dict:

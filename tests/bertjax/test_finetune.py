@@ -180,6 +180,19 @@ def _log_softmax(x):
   return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+def test_dev_split_is_drawn_from_the_seed_and_disjoint():
+  examples = [{'text': str(i), 'label': i % 3} for i in range(40)]
+  train, dev = finetune.dev_split(examples, 0.25, seed=5)
+  assert len(dev) == 10 and len(train) == 30
+  assert sorted(e['text'] for e in train + dev) == sorted(
+      e['text'] for e in examples)
+  assert finetune.dev_split(examples, 0.25, seed=5) == (train, dev)
+  assert finetune.dev_split(examples, 0.25, seed=6)[1] != dev
+  assert [int(e['text']) for e in dev] == sorted(int(e['text']) for e in dev)
+  with pytest.raises(finetune.FinetuneError, match='leaves no training'):
+    finetune.dev_split(examples[:1], 0.5, seed=0)
+
+
 def test_task_losses_match_references():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(4, 3)).astype(np.float32)
@@ -214,10 +227,12 @@ def test_bad_config_fails_before_any_work(tmp_path):
   cfg = _config('sideways')
   cfg.init = str(tmp_path / 'nothing')
   cfg.task.name = 'files'
+  cfg.task.dev_fraction = 1.0
   with pytest.raises(finetune.FinetuneError) as e:
     finetune.finetune(cfg, str(tmp_path / 'out'))
   message = str(e.value)
-  for part in ('mode=\'sideways\'', 'task.kind', 'holds no checkpoint'):
+  for part in ('mode=\'sideways\'', 'task.kind', 'holds no checkpoint',
+               'task.dev_fraction=1.0'):
     assert part in message
   assert not (tmp_path / 'out').exists()
 
@@ -381,6 +396,12 @@ def test_regression_and_span_tasks(pretrained, tasks, tmp_path, kind,
   result = _run(pretrained, tasks, tmp_path / kind, 'full', kind=kind,
                 max_seq_length=24)
   assert result['kind'] == kind and set(result['metrics']) == metrics
+  if kind == 'regression':   # One held-out prediction per example.
+    assert len(result['eval_predictions']) == len(result['eval_labels'])
+    assert result['metrics']['pearson'] == pytest.approx(np.corrcoef(
+        result['eval_predictions'], result['eval_labels'])[0, 1], abs=1e-6)
+  else:
+    assert 'eval_predictions' not in result
   assert all(np.isfinite(v) for v in result['metrics'].values())
   assert result['headline'] in metrics
 
@@ -391,7 +412,15 @@ def test_token_task_and_random_weights(pretrained, tasks, tmp_path):
   assert result['kind'] == 'token'
   assert 0 <= result['metrics'][result['headline']] <= 1
   random = _run(pretrained, tasks, tmp_path / 'random', 'frozen',
-                init_weights='random')
+                init_weights='random', **{'task.dev_fraction': 0.25})
+  # A dev split carved from the training examples is scored on its own,
+  # and the held-out predictions, one per example, give the metrics.
+  assert set(random['dev_metrics']) == set(random['metrics'])
+  predictions = np.array(random['eval_predictions'])
+  labels = np.array(random['eval_labels'])
+  assert predictions.shape == labels.shape and random['dev_examples'] > 0
+  assert random['metrics']['accuracy'] == pytest.approx(
+      np.mean(predictions == labels), abs=1e-12)
   encoder = flax.traverse_util.flatten_dict(
       finetune.load_pretrained(pretrained).params)
   final = _final_params(tmp_path / 'random')
