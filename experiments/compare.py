@@ -1,53 +1,70 @@
-"""Trains several objectives on the same data and budget, side by side.
+r"""Compares objectives side by side: seeds, a random-init control, intervals.
 
-  python experiments/compare.py --out=runs/compare --budget=steps:300 \
-      --run bert=experiments/configs/bert.py:size=base \
-      --run roberta=experiments/configs/roberta.py \
-      --set model.size=tiny --set data.max_seq_length=128
+  python experiments/compare.py --out=runs/compare_small --seeds=5 \
+      --budget=steps:1200 --finetune_lrs=1e-4,3e-4,1e-3 \
+      --run bert=experiments/configs/compare_small.py:objective=bert \
+      --run roberta=experiments/configs/compare_small.py:objective=roberta
 
-Each ``--run NAME=SPEC`` is a config file (``path.py[:arg]``) or an
-existing workdir (a directory holding ``run_meta.json``). Config runs get
-the ``--set`` overrides (for all of them: e.g. a tiny size on a CPU), one
-shared seed and the shared data settings, and a budget: ``steps:N``,
-``tokens:N`` (steps = N / (batch x sequence length)) or ``flops:N`` (steps
-= N / (training FLOPs per token x batch x sequence length)). Each preset's
-warmup keeps its fraction of the schedule. A run trains in
-``OUT/runs/NAME`` unless it already finished there (resume is exact, so an
-interrupted comparison continues where it stopped; a finished one is
-read, not retrained, and its wall time shows as '-').
+Each ``--run NAME=SPEC`` is a config file (``path.py[:arg]``; ``--set``
+overrides apply to every one) or, with one seed, a finished workdir. Every
+arm (a run, or a run at one value of ``--sweep FIELD=v1,v2,...``; two
+sweeps give their product) is pretrained for each budget (``steps:N``,
+``tokens:N`` or ``flops:N``; several as ``steps:300,600,1200``; each preset
+keeps its warmup fraction) under each seed ``seed .. seed + seeds - 1``,
+the pretraining seed and the fine-tuning seed both.
 
-Writes to ``OUT``:
-- ``compare.md``: one row per run: objective, parameters, steps, tokens,
-  training FLOPs, wall time, and the held-out metrics; metrics that mean
-  different things across objectives get their own columns (ELECTRA's MLM
-  accuracy is its generator's, not the trained network's);
-- ``loss_vs_steps.png``, ``loss_vs_flops.png``: the MLM loss of the networks
-  trained by masked language modelling (not ELECTRA's discriminator, whose
-  loss is of another task), training and held-out;
-- ``objectives.png``: each objective-specific metric (NSP/SOP, SBO, RTD,
-  distillation) on its own axis, for the runs that have it.
+Then each pretrained encoder is fine-tuned on the downstream task
+(``--finetune``, default the embedded task) once per learning rate of
+``--finetune_lrs``, on the training examples less a dev split
+(``--dev_fraction`` of them, drawn from the seed), and so is the control:
+``scratch``, the same fine-tuning from random weights of each architecture
+under the same seeds (arms that share an architecture and tokenizer share
+it). Each arm's learning rate is the grid's best mean dev score; its
+held-out scores are the ones reported. The held-out set is never used to
+choose.
 
-Each run's final checkpoint is then fine-tuned on a downstream task with
-``--finetune`` (a fine-tuning config, default
-``experiments/configs/finetune.py``: the embedded task, which needs no
-download; ``none`` skips it; ``--finetune_set`` overrides its fields), in
-``OUT/finetune/NAME-stepN``, and the table gets the task's held-out
-metrics. What matters downstream is then next to what each objective
-optimized.
+What is reported (``--results``, default ``--out``):
+
+- ``compare.md``: the exact command, the seeds, the grid and the chosen
+  rates; pretraining metrics as mean +- 95% interval over seeds; the
+  downstream headline as mean [95% interval] over seeds and held-out
+  examples; each arm's paired difference to ``scratch`` and to
+  ``--baseline`` (default: the first arm) with its interval, marked where
+  the interval excludes 0 (bertjax/intervals.py says how); the grid's dev
+  and held-out means per rate.
+- ``downstream_vs_flops.png`` (headline against pretraining FLOPs, a line
+  per arm with its band, the control as a horizontal band),
+  ``difference_vs_steps.png`` (pretrained minus scratch against the
+  pretraining budget, per arm, with bands), ``loss_vs_steps.png`` and
+  ``loss_vs_flops.png`` (MLM loss, mean over seeds with a band),
+  ``objectives.png``.
+- ``rows.jsonl``: one raw row per finished pretraining or fine-tuning run,
+  appended as each finishes. A rerun skips every run whose row is there
+  (with the same settings) and resumes an unfinished one from its
+  checkpoint, bitwise; so a long comparison can be stopped and continued,
+  in another session, from the rows alone: commit them as they come.
+
+The wall time of this invocation and the comparison's total (the sum of its
+rows' runs) are printed and written.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
+import hashlib
 import importlib.util
+import itertools
 import json
 import math
 import os
+import shlex
 import sys
 import time
 
 import ml_collections
+import numpy as np
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:   # Run as a script from a checkout.
@@ -56,11 +73,17 @@ if _ROOT not in sys.path:   # Run as a script from a checkout.
 from bertjax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
+from bertjax import intervals  # pylint: disable=g-import-not-at-top
+from bertjax import pretraining  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
+from data_pipelines import downstream as downstream_lib  # pylint: disable=g-import-not-at-top
+from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
-# Held-out metrics in the table; (column, metric, objectives it means the
-# same thing for). None: every objective.
+SCRATCH = 'scratch'
+ROWS = 'rows.jsonl'
+# Held-out pretraining metrics in the table; (column, metric, objectives it
+# means the same thing for). None: every objective.
 COLUMNS = (
     ('MLM loss', 'eval_mlm_loss', ('bert', 'distillation')),
     ('MLM acc.', 'eval_mlm_accuracy', ('bert', 'distillation')),
@@ -70,15 +93,22 @@ COLUMNS = (
     ('RTD acc.', 'eval_rtd_accuracy', None),
     ('KL loss', 'eval_kl_loss', None),
 )
-# Objective-specific training metrics, one axis each.
 DEFAULT_FINETUNE = os.path.join(_ROOT, 'experiments', 'configs',
                                 'finetune.py')
+# Objective-specific training metrics, one axis each.
 OBJECTIVE_METRICS = ('nsp_accuracy', 'sbo_loss', 'rtd_loss', 'rtd_accuracy',
                      'kl_loss', 'cos_loss')
+# Fields that say where files go, not what is computed: left out of a
+# row's settings key, so a rerun elsewhere still finds its rows.
+_LOCATION_FIELDS = ('data_dir', 'tfds_data_dir', 'init', 'teacher_workdir')
 
 
 class CompareError(ValueError):
-  """A bad --run, --set or --budget; the message says which and why."""
+  """A bad argument; the message says which and why."""
+
+
+# ---------------------------------------------------------------------------
+# Configs, budgets and arms: everything is checked before anything trains.
 
 
 def load_config(spec: str):
@@ -94,15 +124,15 @@ def load_config(spec: str):
   return module.get_config(arg or None)
 
 
-def apply_override(cfg, item: str) -> None:
-  """``a.b.c=value`` (a Python literal, or else a string) into ``cfg``."""
-  key, sep, text = item.partition('=')
-  if not sep:
-    raise CompareError(f'--set {item!r}: use --set field=value.')
+def _literal(text: str):
   try:
-    value = ast.literal_eval(text)
+    return ast.literal_eval(text)
   except (ValueError, SyntaxError):
-    value = text
+    return text
+
+
+def set_field(cfg, key: str, value, what: str) -> None:
+  """``cfg.<key> = value`` for a dotted ``key`` the config has."""
   *parents, leaf = key.split('.')
   section = cfg
   try:
@@ -112,22 +142,46 @@ def apply_override(cfg, item: str) -> None:
       raise KeyError(leaf)
     section[leaf] = value
   except (KeyError, AttributeError) as e:
-    raise CompareError(f'--set {item!r}: the config has no field {key}.'
-                       ) from e
+    raise CompareError(f'{what}: the config has no field {key}.') from e
   except TypeError as e:
-    raise CompareError(f'--set {item!r}: {e}') from e
+    raise CompareError(f'{what}: {e}') from e
+
+
+def apply_override(cfg, item: str) -> None:
+  """``a.b.c=value`` (a Python literal, or else a string) into ``cfg``."""
+  key, sep, text = item.partition('=')
+  if not sep:
+    raise CompareError(f'--set {item!r}: use --set field=value.')
+  set_field(cfg, key, _literal(text), f'--set {item!r}')
+
+
+def parse_budgets(text: str) -> list[tuple[str, float]]:
+  """``steps:300`` or ``steps:300,600`` -> [(kind, amount), ...]."""
+  kind, _, amounts = text.partition(':')
+  values = []
+  for amount in amounts.split(','):
+    try:
+      values.append(float(amount))
+    except ValueError:
+      values.append(-1.0)
+  if kind not in BUDGET_KINDS or not values or min(values) <= 0:
+    raise CompareError(f'--budget={text!r}: use steps:N, tokens:N or '
+                       'flops:N with N > 0 (several: steps:300,600).')
+  if len(set(values)) != len(values):
+    raise CompareError(f'--budget={text!r} repeats a value.')
+  return [(kind, v) for v in sorted(values)]
 
 
 def parse_budget(text: str) -> tuple[str, float]:
-  kind, _, amount = text.partition(':')
-  try:
-    value = float(amount)
-  except ValueError:
-    value = -1.0
-  if kind not in BUDGET_KINDS or value <= 0:
-    raise CompareError(f'--budget={text!r}: use steps:N, tokens:N or '
-                       'flops:N with N > 0.')
-  return kind, value
+  """One budget (``steps:N``, ``tokens:N`` or ``flops:N``)."""
+  budgets = parse_budgets(text)
+  if len(budgets) != 1:
+    raise CompareError(f'--budget={text!r}: one budget here.')
+  return budgets[0]
+
+
+def budget_label(kind: str, amount: float) -> str:
+  return f'{kind}{amount:g}'
 
 
 def budget_steps(cfg, kind: str, amount: float,
@@ -152,188 +206,89 @@ def rescale_schedule(cfg, steps: int) -> None:
 
 def _flops_per_token(cfg) -> float:
   """The task's FLOPs per token, without reading any data."""
-  from bertjax import pretraining  # pylint: disable=g-import-not-at-top
-  from data_pipelines import tokenizer  # pylint: disable=g-import-not-at-top
-  vocab = tokenizer.padded_vocab_size(cfg.data.tokenizer.vocab_size)
+  vocab = tokenizer_lib.padded_vocab_size(cfg.data.tokenizer.vocab_size)
   return pretraining.make_task(cfg, vocab).flops_per_token
 
 
-def prepare_runs(runs: list[str], overrides: list[str], budget: str,
-                 out: str, seed: int) -> list[dict]:
-  """Every run's name, workdir and config, checked before anything trains.
+def parse_sweeps(sweeps: list[str]) -> list[tuple[str, list]]:
+  """``FIELD=v1,v2`` (one or two) -> [(field, [values])]."""
+  if len(sweeps) > 2:
+    raise CompareError(f'--sweep is given {len(sweeps)} times; sweep one or '
+                       'two fields (their product is run).')
+  parsed = []
+  for item in sweeps:
+    key, sep, text = item.partition('=')
+    values = [_literal(v) for v in text.split(',')] if text else []
+    if not sep or not key or len(values) < 2:
+      raise CompareError(f'--sweep {item!r}: use --sweep FIELD=v1,v2[,...] '
+                         'with at least two values.')
+    if len(set(map(repr, values))) != len(values):
+      raise CompareError(f'--sweep {item!r} repeats a value.')
+    parsed.append((key, values))
+  if len(parsed) == 2 and parsed[0][0] == parsed[1][0]:
+    raise CompareError(f'--sweep names {parsed[0][0]} twice.')
+  return parsed
 
-  Returns dicts with ``name``, ``workdir``, ``cfg`` (None for an existing
-  workdir, which is read as it is).
-  """
-  kind, amount = parse_budget(budget)
-  prepared, names = [], set()
+
+@dataclasses.dataclass
+class Arm:
+  """One pretraining recipe: a run, at one value of each swept field."""
+  name: str
+  spec: str
+  setting: tuple[tuple[str, object], ...] = ()  # The swept fields' values.
+  workdir: str = ''                             # A finished run, as it is.
+
+  @property
+  def directory(self) -> str:
+    """A file-system-safe name."""
+    return ''.join(c if c.isalnum() or c in '-_.=' else '_'
+                   for c in self.name)
+
+
+def make_arms(runs: list[str], sweeps: list[str]) -> list[Arm]:
+  """The arms, in order: each run, at each point of the sweep's grid."""
+  swept = parse_sweeps(sweeps)
+  arms, names = [], set()
   for item in runs:
     name, sep, spec = item.partition('=')
     if not sep or not name or not spec:
       raise CompareError(f'--run {item!r}: use --run NAME=path.py[:arg] or '
                          '--run NAME=WORKDIR.')
-    if name in names:
-      raise CompareError(f'--run {item!r}: the name {name!r} is used twice.')
+    if name in names or name == SCRATCH:
+      raise CompareError(f'--run {item!r}: the name {name!r} is '
+                         + ('the control\'s.' if name == SCRATCH else
+                            'used twice.'))
     names.add(name)
     if os.path.isfile(os.path.join(spec, train._RUN_META)):  # pylint: disable=protected-access
-      prepared.append({'name': name, 'workdir': spec, 'cfg': None})
+      if swept:
+        raise CompareError(f'--run {item!r} is a finished workdir; a sweep '
+                           'needs config runs.')
+      arms.append(Arm(name, spec, workdir=spec))
       continue
-    cfg = load_config(spec)
-    for override in overrides:
-      apply_override(cfg, override)
-    cfg.seed = seed
-    # FLOPs per token only for a FLOPs budget: a distillation task reads
-    # its teacher to know them.
-    per_token = _flops_per_token(cfg) if kind == 'flops' else 0.0
-    rescale_schedule(cfg, budget_steps(cfg, kind, amount, per_token))
-    config_lib.validate(cfg)
-    prepared.append({'name': name, 'cfg': cfg,
-                     'workdir': os.path.join(out, 'runs', name)})
-  if not prepared:
+    for values in itertools.product(*[v for _, v in swept]):
+      setting = tuple((k, v) for (k, _), v in zip(swept, values))
+      label = ','.join(f'{k}={v}' for k, v in setting)
+      arms.append(Arm(f'{name}[{label}]' if label else name, spec, setting))
+  if not arms:
     raise CompareError('no --run given.')
-  return prepared
+  return arms
 
 
-def read_run(name: str, workdir: str) -> dict:
-  """A finished run's config, metrics and summary, from its workdir."""
-  with open(os.path.join(workdir, train._RUN_META)) as f:  # pylint: disable=protected-access
-    meta = json.load(f)
-  records = []
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    for line in f:
-      records.append(json.loads(line))
-  if not records:
-    raise CompareError(f'run {name!r} in {workdir} has no metrics.')
-  cfg = ml_collections.ConfigDict(meta['config'])
-  return {'name': name, 'workdir': workdir, 'cfg': cfg, 'records': records,
-          'flops_per_token': (meta.get('flops_per_token')
-                              or _flops_per_token(cfg)),
-          'parameters': meta.get('trainable_parameters')}
-
-
-def _fmt(value, digits: int = 4) -> str:
-  if value is None or (isinstance(value, float) and math.isnan(value)):
-    return '-'
-  if isinstance(value, float):
-    return f'{value:.{digits}f}'
-  return str(value)
-
-
-def _human(n: float) -> str:
-  for unit, size in (('T', 1e12), ('G', 1e9), ('M', 1e6), ('k', 1e3)):
-    if abs(n) >= size:
-      return f'{n / size:.3g}{unit}'
-  return f'{n:.3g}'
-
-
-def objective_label(cfg) -> str:
-  """What a run trains, e.g. ``MLM+SOP`` or ``ELECTRA``."""
-  name = cfg.objective.name
-  if name != 'bert':
-    return {'electra': 'ELECTRA (MLM+RTD)',
-            'distillation': 'distillation'}.get(name, name)
-  parts = ['MLM']
-  if cfg.objective.nsp_weight and cfg.data.layout in ('nsp', 'sop'):
-    parts.append(cfg.data.layout.upper())
-  if cfg.objective.get('sbo_weight'):
-    parts.append('SBO')
-  return '+'.join(parts)
-
-
-def table(runs: list[dict]) -> str:
-  """The markdown table of the runs' final held-out metrics."""
-  head = ['run', 'objective', 'params', 'steps', 'tokens', 'train FLOPs',
-          'wall s'] + [c for c, _, _ in COLUMNS]
-  downstream = next((r['downstream'] for r in runs if r.get('downstream')),
-                    None)
-  if downstream:   # The task's metrics, headline first.
-    head += [f'{downstream["task"]} {m}' for m in downstream['metrics']]
-  lines = ['| ' + ' | '.join(head) + ' |',
-           '| ' + ' | '.join('---' for _ in head) + ' |']
-  for run in runs:
-    cfg, last = run['cfg'], run['records'][-1]
-    final = next((r for r in reversed(run['records'])
-                  if 'eval_mlm_loss' in r or 'eval_rtd_loss' in r), {})
-    step = last['step']
-    tokens = step * cfg.batch_size * cfg.data.max_seq_length
-    objective = cfg.objective.name
-    cells = [run['name'], objective_label(cfg), _human(run['parameters'])
-             if run['parameters'] else '-', str(step), _human(tokens),
-             _human(tokens * run['flops_per_token']),
-             _fmt(run.get('wall_seconds'), 0)]
-    for _, metric, objectives in COLUMNS:
-      same = objectives is None or objective in objectives
-      cells.append(_fmt(final.get(metric)) if same else '-')
-    if downstream:
-      scores = (run.get('downstream') or {}).get('metrics', {})
-      cells += [_fmt(scores.get(m)) for m in downstream['metrics']]
-    lines.append('| ' + ' | '.join(cells) + ' |')
-  return '\n'.join(lines) + '\n'
-
-
-def plots(runs: list[dict], out: str) -> list[str]:
-  """Writes the PNGs; returns their paths."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  paths = []
-  mlm_runs = [r for r in runs if r['cfg'].objective.name != 'electra']
-  for axis in ('steps', 'flops'):
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for run in mlm_runs:
-      cfg = run['cfg']
-      per_step = (cfg.batch_size * cfg.data.max_seq_length
-                  * run['flops_per_token'])
-      x_of = (lambda r: r['step']) if axis == 'steps' else (
-          lambda r, k=per_step: r['step'] * k)
-      train_points = [(x_of(r), r['mlm_loss']) for r in run['records']
-                      if 'mlm_loss' in r]
-      eval_points = [(x_of(r), r['eval_mlm_loss']) for r in run['records']
-                     if 'eval_mlm_loss' in r]
-      line, = ax.plot(*zip(*train_points), label=f'{run["name"]} (train)')
-      if eval_points:
-        ax.plot(*zip(*eval_points), 'o--', color=line.get_color(),
-                label=f'{run["name"]} (held-out)')
-    ax.set_xlabel('training step' if axis == 'steps' else
-                  'training FLOPs (analytic, at the full sequence length)')
-    if axis == 'flops':
-      ax.set_xscale('log')
-    ax.set_ylabel('MLM loss')
-    ax.set_title('Masked-LM loss of the networks trained by MLM')
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out, f'loss_vs_{axis}.png')
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
-  present = [m for m in OBJECTIVE_METRICS
-             if any(m in r for run in runs for r in run['records'])]
-  if present:
-    fig, axes = plt.subplots(1, len(present),
-                             figsize=(4.2 * len(present), 3.8), squeeze=False)
-    for ax, metric in zip(axes[0], present):
-      for run in runs:
-        points = [(r['step'], r[metric]) for r in run['records']
-                  if metric in r]
-        if points:
-          ax.plot(*zip(*points), label=run['name'])
-      ax.set_title(metric)
-      ax.set_xlabel('training step')
-      ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out, 'objectives.png')
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
-  return paths
-
-
-def _finished(run: dict) -> bool:
-  """Whether the run's workdir already holds its last checkpoint (its
-  wall time is then not this invocation's, and shows as '-')."""
-  step = checkpoint_lib.latest_step(os.path.join(run['workdir'],
-                                                 'checkpoints'))
-  return step is not None and step >= run['cfg'].total_steps
+def arm_config(arm: Arm, overrides: list[str], seed: int, kind: str,
+               amount: float):
+  """The arm's pretraining config at ``seed`` and one budget, checked."""
+  cfg = load_config(arm.spec)
+  for override in overrides:
+    apply_override(cfg, override)
+  for key, value in arm.setting:
+    set_field(cfg, key, value, f'--sweep {key}')
+  cfg.seed = seed
+  # FLOPs per token only for a FLOPs budget: a distillation task reads its
+  # teacher to know them.
+  per_token = _flops_per_token(cfg) if kind == 'flops' else 0.0
+  rescale_schedule(cfg, budget_steps(cfg, kind, amount, per_token))
+  config_lib.validate(cfg)
+  return cfg
 
 
 def finetune_config(spec: str, overrides: list[str], seed: int):
@@ -351,51 +306,749 @@ def finetune_config(spec: str, overrides: list[str], seed: int):
   return cfg
 
 
-def run_downstream(result: dict, cfg, out: str) -> dict:
-  """Fine-tunes ``result``'s last checkpoint with ``cfg`` unless that was
-  done (the result is kept per pretraining step); returns downstream.json."""
-  step = result['records'][-1]['step']
-  workdir = os.path.join(out, 'finetune', f'{result["name"]}-step{step}')
-  path = os.path.join(workdir, finetune.RESULT)
-  if not os.path.isfile(path):
-    run_cfg = cfg.copy_and_resolve_references()
-    run_cfg.init = result['workdir']
-    print(f'== {result["name"]}: fine-tuning on {cfg.task.name} in '
+def parse_lrs(text: str) -> list[float]:
+  try:
+    lrs = [float(v) for v in text.split(',')] if text else []
+  except ValueError:
+    lrs = [-1.0]
+  if any(lr <= 0 for lr in lrs) or len(set(lrs)) != len(lrs):
+    raise CompareError(f'--finetune_lrs={text!r}: distinct learning rates '
+                       '> 0, comma-separated.')
+  return lrs
+
+
+@dataclasses.dataclass
+class Plan:
+  """What a comparison runs, checked before anything trains."""
+  arms: list[Arm]
+  budgets: list[tuple[str, float]]
+  seeds: list[int]
+  overrides: list[str]
+  finetune: ml_collections.ConfigDict | None
+  lrs: list[float]
+  baseline: str
+
+
+def make_plan(runs, overrides, budget, seeds=1, seed=0, sweeps=(),
+              finetune_spec=DEFAULT_FINETUNE, finetune_overrides=(),
+              finetune_lrs='', dev_fraction=0.2, baseline='') -> Plan:
+  """Parses and checks every argument and every arm's config."""
+  if seeds < 1:
+    raise CompareError(f'--seeds={seeds}: at least 1.')
+  budgets = parse_budgets(budget)
+  arms = make_arms(list(runs), list(sweeps))
+  if seeds > 1 and any(a.workdir for a in arms):
+    raise CompareError('a finished workdir is one seed; --seeds > 1 needs '
+                       'config runs.')
+  seed_list = list(range(seed, seed + seeds))
+  overrides = list(overrides)
+  for arm in arms:
+    if arm.workdir:
+      continue
+    for kind, amount in budgets:   # Every config checked, for every budget.
+      arm_config(arm, overrides, seed_list[0], kind, amount)
+  ft = finetune_config(finetune_spec, list(finetune_overrides), seed)
+  lrs = parse_lrs(finetune_lrs)
+  if ft is not None:
+    lrs = lrs or [float(ft.optimizer.learning_rate)]
+    if len(lrs) > 1:
+      if not 0 < dev_fraction < 1:
+        raise CompareError(f'--dev_fraction={dev_fraction}: a learning-rate '
+                           'grid is chosen on a dev split; give a fraction '
+                           'in (0, 1).')
+      ft.task.dev_fraction = dev_fraction
+  names = [a.name for a in arms]
+  baseline = baseline or names[0]
+  if baseline not in names:
+    raise CompareError(f'--baseline={baseline!r} is not an arm; the arms '
+                       f'are {names}.')
+  return Plan(arms, budgets, seed_list, overrides, ft, lrs, baseline)
+
+
+# ---------------------------------------------------------------------------
+# Rows: the raw record, one JSON line per finished run.
+
+
+def settings_key(cfg) -> str:
+  """A digest of what a config computes: the fields that differ from the
+  defaults (``config_lib.base_config`` for pretraining,
+  ``finetune.base_config`` for fine-tuning), less where files go. A field
+  added later at its default leaves the key as it was, as it leaves a
+  run's resume (a new field's default keeps the old behaviour)."""
+  base = (finetune.base_config() if 'task' in cfg
+          else config_lib.base_config()).to_dict()
+
+  def changed(tree, defaults):
+    if isinstance(tree, dict):
+      out = {}
+      for k, v in sorted(tree.items()):
+        if k in _LOCATION_FIELDS:
+          continue
+        d = defaults.get(k) if isinstance(defaults, dict) else None
+        sub = changed(v, d)
+        if sub is not _SAME:
+          out[k] = sub
+      return out if out else _SAME
+    return _SAME if _same(tree, defaults) else tree
+
+  text = json.dumps(changed(cfg.to_dict(), base), sort_keys=True,
+                    default=repr)
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_SAME = object()
+
+
+def _same(a, b) -> bool:
+  if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+  return type(a) is type(b) and a == b
+
+
+class Rows:
+  """``rows.jsonl``: read at start, appended (and flushed to disk) as each
+  run finishes, so a stopped comparison keeps what it finished."""
+
+  def __init__(self, path: str):
+    self.path = path
+    self.rows: list[dict] = []
+    if not os.path.isfile(path):
+      return
+    with open(path) as f:
+      lines = f.readlines()
+    for number, line in enumerate(lines):
+      try:
+        self.rows.append(json.loads(line))
+      except json.JSONDecodeError:
+        if number != len(lines) - 1:
+          raise CompareError(f'{path} line {number + 1} is not a row; only '
+                             'the last line can be torn (a killed run). '
+                             'Fix or remove it.') from None
+        # A torn last line from a killed run: cut it off; its run reruns.
+        print(f'{path}: dropping a torn last line', flush=True)
+        tmp = path + '.tmp'
+        with open(tmp, 'w') as out:
+          out.writelines(lines[:number])
+        os.replace(tmp, path)
+        return
+    if lines and not lines[-1].endswith('\n'):   # Killed before its newline.
+      with open(path, 'a') as f:
+        f.write('\n')
+
+  def find(self, key: str) -> dict | None:
+    return next((r for r in self.rows if r['key'] == key), None)
+
+  def add(self, row: dict) -> dict:
+    with open(self.path, 'a') as f:
+      f.write(json.dumps(row, sort_keys=True) + '\n')
+      f.flush()
+      os.fsync(f.fileno())
+    self.rows.append(row)
+    return row
+
+
+def _row_key(*parts) -> str:
+  return hashlib.sha256(json.dumps(parts, sort_keys=True, default=repr)
+                        .encode()).hexdigest()[:20]
+
+
+def objective_label(cfg) -> str:
+  """What a run trains, e.g. ``MLM+SOP`` or ``ELECTRA``."""
+  name = cfg.objective.name
+  if name != 'bert':
+    return {'electra': 'ELECTRA (MLM+RTD)',
+            'distillation': 'distillation'}.get(name, name)
+  parts = ['MLM']
+  if cfg.objective.nsp_weight and cfg.data.layout in ('nsp', 'sop'):
+    parts.append(cfg.data.layout.upper())
+  if cfg.objective.get('sbo_weight'):
+    parts.append('SBO')
+  return '+'.join(parts)
+
+
+def read_run(workdir: str) -> dict:
+  """A finished run's config, metric records and sizes, from its workdir."""
+  with open(os.path.join(workdir, train._RUN_META)) as f:  # pylint: disable=protected-access
+    meta = json.load(f)
+  records = train_records(workdir)
+  if not records:
+    raise CompareError(f'{workdir} has no metrics.')
+  cfg = config_lib.from_saved(meta['config'])
+  return {'cfg': cfg, 'records': records,
+          'flops_per_token': (meta.get('flops_per_token')
+                              or _flops_per_token(cfg)),
+          'parameters': meta.get('trainable_parameters')}
+
+
+def train_records(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def pretrain_row(arm: Arm, budget: str, seed: int, key: str, run: dict,
+                 wall: float | None) -> dict:
+  cfg, records = run['cfg'], run['records']
+  step = records[-1]['step']
+  tokens = step * cfg.batch_size * cfg.data.max_seq_length
+  final = next((r for r in reversed(records)
+                if 'eval_mlm_loss' in r or 'eval_rtd_loss' in r), {})
+  curve_keys = ('mlm_loss', 'eval_mlm_loss') + OBJECTIVE_METRICS
+  return {
+      'kind': 'pretrain', 'key': key, 'arm': arm.name, 'budget': budget,
+      'seed': seed, 'objective': cfg.objective.name,
+      'objective_label': objective_label(cfg), 'steps': step,
+      'tokens': tokens, 'flops': tokens * run['flops_per_token'],
+      'parameters': run['parameters'], 'wall_seconds': wall,
+      'final': {k: v for k, v in final.items() if k.startswith('eval_')},
+      'curve': [{k: r[k] for k in ('step',) + curve_keys if k in r}
+                for r in records]}
+
+
+def architecture_key(workdir: str) -> str:
+  """What random weights depend on: the encoder's shape and the tokenizer
+  (arms with equal keys share one scratch control)."""
+  pretrained = finetune.load_pretrained(workdir)
+  tokenizer = hashlib.sha256(pretrained.tokenizer.model_proto).hexdigest()
+  model = dataclasses.asdict(pretrained.model)
+  return _row_key(repr(sorted(model.items())), tokenizer)[:12]
+
+
+# ---------------------------------------------------------------------------
+# Running: seed-major, so every finished seed covers every arm.
+
+
+def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
+              seed: int) -> dict:
+  """The arm's pretraining at one budget and seed: its row, training
+  (or resuming) only if the row is not there yet."""
+  if arm.workdir:
+    run = read_run(arm.workdir)
+    key = _row_key('pretrain', arm.name, arm.workdir,
+                   settings_key(run['cfg']))
+    wall = None
+  else:
+    key = _row_key('pretrain', arm.name, settings_key(cfg))
+    if rows.find(key) is not None:
+      return rows.find(key)
+    print(f'== {arm.name} seed {seed} {budget}: {cfg.total_steps} steps in '
           f'{workdir}', flush=True)
-    finetune.finetune(run_cfg, workdir)
-  with open(path) as f:
-    return json.load(f)
+    start = time.time()
+    train.train_and_evaluate(cfg, workdir)
+    wall = time.time() - start
+    run = read_run(workdir)
+  if rows.find(key) is not None:
+    return rows.find(key)
+  row = pretrain_row(arm, budget, seed, key, run, wall)
+  row['architecture'] = architecture_key(workdir)
+  return rows.add(row)
+
+
+def _has_final_checkpoint(workdir: str, steps: int) -> bool:
+  step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
+  return step is not None and step >= steps
+
+
+def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
+              row: dict) -> dict:
+  found = rows.find(key)
+  if found is not None:
+    return found
+  print(f'== {row["arm"]} seed {row["seed"]}: fine-tuning at lr '
+        f'{row["lr"]:g} ({ft_cfg.init_weights} weights) in {workdir}',
+        flush=True)
+  start = time.time()
+  cfg = ft_cfg.copy_and_resolve_references()
+  cfg.init = init
+  result = finetune.finetune(cfg, workdir)
+  row.update(key=key, wall_seconds=time.time() - start,
+             **{k: result[k] for k in ('task', 'headline', 'metrics', 'steps')},
+             **{k: result[k] for k in ('dev_metrics', 'eval_predictions',
+                                       'eval_labels') if k in result})
+  return rows.add(row)
+
+
+def run_plan(plan: Plan, out: str, rows: Rows) -> None:
+  """Trains and fine-tunes whatever has no row yet."""
+  scratch_done = set()
+  for seed in plan.seeds:
+    ft = None
+    if plan.finetune is not None:
+      ft = plan.finetune.copy_and_resolve_references()
+      ft.seed = seed
+    for kind, amount in plan.budgets:
+      budget = budget_label(kind, amount)
+      for arm in plan.arms:
+        cfg = None if arm.workdir else arm_config(arm, plan.overrides, seed,
+                                                  kind, amount)
+        workdir = arm.workdir or os.path.join(out, 'runs', arm.directory,
+                                              budget, f'seed{seed}')
+        pre = _pretrain(arm, cfg, workdir, rows, budget, seed)
+        if ft is None:
+          continue
+        todo = [lr for lr in plan.lrs if rows.find(
+            _finetune_key(ft, lr, pre['key'])) is None]
+        arch = pre['architecture']
+        if todo and not (arm.workdir or _has_final_checkpoint(
+            workdir, cfg.total_steps)):
+          # Its row is here but not its workdir (another machine): train
+          # again; the run is deterministic, so it is the same encoder.
+          train.train_and_evaluate(cfg, workdir)
+        for lr in todo:
+          _finetune(_with_lr(ft, lr, 'pretrained'), workdir,
+                    os.path.join(out, 'finetune', arm.directory, budget,
+                                 f'seed{seed}', f'lr{lr:g}'),
+                    rows, _finetune_key(ft, lr, pre['key']),
+                    {'kind': 'finetune', 'arm': arm.name, 'budget': budget,
+                     'seed': seed, 'lr': lr, 'pretrain_key': pre['key'],
+                     'init_weights': 'pretrained',
+                     'architecture': arch})
+        if (arch, seed) in scratch_done:
+          continue
+        scratch_done.add((arch, seed))
+        for lr in plan.lrs:
+          key = _row_key('scratch', arch, settings_key(
+              _with_lr(ft, lr, 'random')))
+          if rows.find(key) is not None:
+            continue
+          if not (arm.workdir or _has_final_checkpoint(workdir,
+                                                       cfg.total_steps)):
+            train.train_and_evaluate(cfg, workdir)
+          _finetune(_with_lr(ft, lr, 'random'), workdir,
+                    os.path.join(out, 'finetune', f'{SCRATCH}-{arch}',
+                                 f'seed{seed}', f'lr{lr:g}'),
+                    rows, key,
+                    {'kind': 'finetune', 'arm': SCRATCH, 'budget': '',
+                     'seed': seed, 'lr': lr, 'init_weights': 'random',
+                     'architecture': arch})
+
+
+def _with_lr(ft_cfg, lr: float, init_weights: str):
+  cfg = ft_cfg.copy_and_resolve_references()
+  cfg.optimizer.learning_rate = lr
+  cfg.init_weights = init_weights
+  return cfg
+
+
+def _finetune_key(ft_cfg, lr: float, pretrain_key: str) -> str:
+  return _row_key('finetune', pretrain_key,
+                  settings_key(_with_lr(ft_cfg, lr, 'pretrained')))
+
+
+# ---------------------------------------------------------------------------
+# Summaries: choose each arm's rate on dev, intervals on held-out.
+
+
+def _fmt(value, digits: int = 4) -> str:
+  if value is None or (isinstance(value, float) and math.isnan(value)):
+    return '-'
+  if isinstance(value, float):
+    return f'{value:.{digits}f}'
+  return str(value)
+
+
+def _human(n: float) -> str:
+  for unit, size in (('T', 1e12), ('G', 1e9), ('M', 1e6), ('k', 1e3)):
+    if abs(n) >= size:
+      return f'{n / size:.3g}{unit}'
+  return f'{n:.3g}'
+
+
+def _mean_pm(values) -> str:
+  """``mean ± half-width`` (95%, Student t over seeds); the mean alone for
+  one value."""
+  values = [v for v in values if v is not None]
+  if not values:
+    return '-'
+  iv = intervals.seed_interval(values)
+  if len(values) < 2:
+    return _fmt(iv.estimate)
+  return f'{iv.estimate:.4f} ± {(iv.high - iv.low) / 2:.4f}'
+
+
+def _iv(iv: intervals.Interval, signed: bool = False) -> str:
+  """``mean [low, high]``, bold where a difference excludes 0; the mean
+  alone where there is no interval (one seed, no per-example scores)."""
+  sign = '+' if signed else ''
+  if math.isnan(iv.low):
+    return f'{iv.estimate:{sign}.4f}'
+  text = (f'{iv.estimate:{sign}.4f} [{iv.low:{sign}.4f}, '
+          f'{iv.high:{sign}.4f}]')
+  return f'**{text}**' if signed and iv.excludes_zero else text
+
+
+@dataclasses.dataclass
+class Group:
+  """One arm at one budget (or the control of one architecture): its
+  fine-tuning rows by learning rate and seed, and the chosen rate."""
+  arm: str
+  budget: str
+  architecture: str
+  by_lr: dict            # lr -> {seed: row}
+  chosen_lr: float = 0.0
+
+  def chosen(self) -> dict:   # seed -> row at the chosen rate
+    return self.by_lr[self.chosen_lr]
+
+
+def _dev_score(row: dict) -> float:
+  scores = row.get('dev_metrics') or row['metrics']
+  return scores[row['headline']]
+
+
+def downstream_groups(rows: list[dict]) -> list[Group]:
+  """Fine-tuning rows grouped per (arm, budget, architecture), each with
+  its rate chosen by the best mean dev headline over the seeds that every
+  rate has (the held-out set is never read to choose)."""
+  groups: dict = {}
+  for row in rows:
+    if row['kind'] != 'finetune':
+      continue
+    key = (row['arm'], row['budget'], row['architecture'])
+    group = groups.setdefault(key, Group(*key, by_lr={}))
+    group.by_lr.setdefault(row['lr'], {})[row['seed']] = row
+  for group in groups.values():
+    common = set.intersection(*(set(s) for s in group.by_lr.values()))
+    group.chosen_lr = max(
+        sorted(group.by_lr),
+        key=lambda lr, g=group, c=common: np.mean(
+            [_dev_score(g.by_lr[lr][s]) for s in sorted(c)]) if c else -1)
+  return list(groups.values())
+
+
+def _correct(row: dict) -> np.ndarray:
+  return (np.asarray(row['eval_predictions'])
+          == np.asarray(row['eval_labels'])).astype(np.float64)
+
+
+def headline_interval(a: dict, b: dict | None = None
+                      ) -> intervals.Interval | None:
+  """Arm A's held-out headline (minus B's, paired by seed) with its 95%
+  interval: over seeds and examples where every row has per-example
+  predictions and the headline is accuracy; over seeds otherwise. ``a``
+  and ``b`` map seed -> row."""
+  seeds = sorted(set(a) & set(b)) if b is not None else sorted(a)
+  if not seeds:
+    return None
+  headline = a[seeds[0]]['headline']
+  per_example = headline == 'accuracy' and all(
+      'eval_predictions' in r[s] for r in ([a] if b is None else [a, b])
+      for s in seeds)
+  if per_example:
+    return intervals.hierarchical_interval(
+        np.stack([_correct(a[s]) for s in seeds]),
+        None if b is None else np.stack([_correct(b[s]) for s in seeds]))
+  values = [a[s]['metrics'][headline] - (0 if b is None else
+                                         b[s]['metrics'][headline])
+            for s in seeds]
+  if len(values) < 2:
+    return intervals.Interval(values[0], math.nan, math.nan, 1)
+  return intervals.seed_interval(values)
+
+
+def pretrain_groups(rows: list[dict]) -> dict:
+  """(arm, budget) -> {seed: pretraining row}."""
+  groups: dict = {}
+  for row in rows:
+    if row['kind'] == 'pretrain':
+      groups.setdefault((row['arm'], row['budget']), {})[row['seed']] = row
+  return groups
+
+
+def _budget_order(budget: str) -> float:
+  """``steps1200`` -> 1200.0 (the control's '' -> 0)."""
+  return float(budget.lstrip('abcdefghijklmnopqrstuvwxyz') or 0)
+
+
+def report(plan: Plan, rows: list[dict], command: str,
+           wall_seconds: float) -> str:
+  """The markdown report of everything ``rows`` holds for ``plan``."""
+  arms = [a.name for a in plan.arms]
+  budgets = [budget_label(*b) for b in plan.budgets]
+  pre = pretrain_groups(rows)
+  total = sum(r.get('wall_seconds') or 0 for r in rows)
+  lines = [
+      '# Objective comparison', '',
+      '```bash', command, '```', '',
+      f'Seeds: {", ".join(map(str, plan.seeds))} (N = {len(plan.seeds)}; '
+      'each the pretraining and the fine-tuning seed). Intervals are 95%: '
+      'pretraining metrics over seeds (Student t); downstream over seeds '
+      'and held-out examples (bertjax/intervals.py). A difference is '
+      'marked in bold where its interval excludes 0; one whose interval '
+      'holds 0 is no difference.', '',
+      f'Wall time: {total / 60:.1f} min for every run in the rows '
+      f'(pretraining and fine-tuning); this invocation {wall_seconds / 60:.1f}'
+      ' min.', '', '## Pretraining (held-out)', '']
+  head = ['arm', 'budget', 'objective', 'seeds', 'params', 'steps',
+          'tokens', 'train FLOPs', 'wall s'] + [c for c, _, _ in COLUMNS]
+  lines += ['| ' + ' | '.join(head) + ' |',
+            '|' + ' --- |' * len(head)]
+  for budget in budgets:
+    for arm in arms:
+      by_seed = pre.get((arm, budget))
+      if not by_seed:
+        continue
+      first = next(iter(by_seed.values()))
+      cells = [arm, budget, first['objective_label'], str(len(by_seed)),
+               _human(first['parameters']) if first['parameters'] else '-',
+               str(first['steps']), _human(first['tokens']),
+               _human(first['flops']),
+               _fmt(np.mean([r['wall_seconds'] for r in by_seed.values()
+                             if r['wall_seconds'] is not None] or [math.nan]),
+                    0)]
+      for _, metric, objectives in COLUMNS:
+        same = objectives is None or first['objective'] in objectives
+        cells.append(_mean_pm([r['final'].get(metric)
+                               for r in by_seed.values()]) if same else '-')
+      lines.append('| ' + ' | '.join(cells) + ' |')
+  groups = downstream_groups(rows)
+  if groups:
+    lines += _downstream_section(plan, groups, arms, budgets)
+  return '\n'.join(lines) + '\n'
+
+
+def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
+                        ) -> list[str]:
+  scratch = {g.architecture: g for g in groups if g.arm == SCRATCH}
+  by_arm = {(g.arm, g.budget): g for g in groups if g.arm != SCRATCH}
+  some = next(iter(groups)).chosen()
+  first = next(iter(some.values()))
+  task, headline = first['task'], first['headline']
+  lines = ['', f'## Downstream: {task}, held-out {headline}', '',
+           f'Fine-tuning learning rate chosen per arm from '
+           f'{{{", ".join(f"{lr:g}" for lr in plan.lrs)}}} by the mean dev '
+           f'{headline} ({plan.finetune.task.dev_fraction:g} of the training '
+           'examples, drawn from the seed); held-out scores at that rate. '
+           f'`{SCRATCH}` is the same fine-tuning from random weights of the '
+           f'architecture; Δ are paired by seed.', '']
+  head = ['arm', 'budget', 'seeds', 'lr', f'dev {headline}',
+          f'held-out {headline} [95%]', f'Δ vs {SCRATCH} [95%]',
+          f'Δ vs {plan.baseline} [95%]']
+  other = [m for m in first['metrics'] if m != headline]
+  head += [f'held-out {m}' for m in other]
+  lines += ['| ' + ' | '.join(head) + ' |', '|' + ' --- |' * len(head)]
+
+  def row_cells(name, budget, group, control, baseline):
+    chosen = group.chosen()
+    own = headline_interval(chosen)
+    cells = [name, budget or '-', str(len(chosen)), f'{group.chosen_lr:g}',
+             _mean_pm([_dev_score(r) for r in chosen.values()]),
+             _iv(own) if own else '-']
+    for ref in (control, baseline):
+      iv = (headline_interval(chosen, ref.chosen())
+            if ref is not None and ref is not group else None)
+      cells.append(_iv(iv, signed=True) if iv else '-')
+    cells += [_mean_pm([r['metrics'][m] for r in chosen.values()])
+              for m in other]
+    return cells
+
+  for arch, group in sorted(scratch.items()):
+    label = SCRATCH if len(scratch) == 1 else f'{SCRATCH} ({arch})'
+    lines.append('| ' + ' | '.join(row_cells(label, '', group, None, None))
+                 + ' |')
+  for budget in budgets:
+    base = by_arm.get((plan.baseline, budget))
+    for arm in arms:
+      group = by_arm.get((arm, budget))
+      if group:
+        lines.append('| ' + ' | '.join(row_cells(
+            arm, budget, group, scratch.get(group.architecture), base))
+                     + ' |')
+  if len(scratch) > 1:
+    lines += ['', 'Architectures (scratch controls): ' + '; '.join(
+        f'{arch}: ' + ', '.join(sorted({g.arm for g in by_arm.values()
+                                        if g.architecture == arch}))
+        for arch in sorted(scratch))]
+  lines += ['', '### The learning-rate grid', '',
+            '| arm | budget | lr | seeds | dev (mean) | held-out (mean) |',
+            '| --- | --- | --- | --- | --- | --- |']
+  for group in sorted(groups, key=lambda g: (g.arm != SCRATCH, g.arm,
+                                             _budget_order(g.budget or '0'))):
+    for lr, by_seed in sorted(group.by_lr.items()):
+      mark = ' (chosen)' if lr == group.chosen_lr else ''
+      lines.append(
+          f'| {group.arm} | {group.budget or "-"} | {lr:g}{mark} | '
+          f'{len(by_seed)} | '
+          f'{np.mean([_dev_score(r) for r in by_seed.values()]):.4f} | '
+          f'{np.mean([r["metrics"][headline] for r in by_seed.values()]):.4f}'
+          ' |')
+  return lines
+
+
+# ---------------------------------------------------------------------------
+# Plots.
+
+
+def _band(ax, x, low, high, color):
+  ax.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
+
+
+def plots(plan: Plan, rows: list[dict], out: str) -> list[str]:
+  """Writes the PNGs; returns their paths."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  paths = []
+
+  def save(fig, name):
+    fig.tight_layout()
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+
+  seeds_note = f'{len(plan.seeds)} seeds, 95% bands'
+  pre = pretrain_groups(rows)
+  top = budget_label(*plan.budgets[-1])
+  for axis in ('steps', 'flops'):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm in plan.arms:
+      by_seed = pre.get((arm.name, top), {})
+      curves = [r['curve'] for r in by_seed.values()
+                if r['objective'] != 'electra']
+      if not curves:
+        continue
+      per_flop = (next(iter(by_seed.values()))['flops']
+                  / max(next(iter(by_seed.values()))['steps'], 1))
+      for metric, style in (('mlm_loss', '-'), ('eval_mlm_loss', 'o--')):
+        steps, mean, low, high = _curve_stats(curves, metric)
+        if not steps:
+          continue
+        x = np.array(steps) * (1 if axis == 'steps' else per_flop)
+        kind = 'train' if metric == 'mlm_loss' else 'held-out'
+        line, = ax.plot(x, mean, style, label=f'{arm.name} ({kind})')
+        _band(ax, x, low, high, line.get_color())
+    ax.set_xlabel('training step' if axis == 'steps' else
+                  'training FLOPs (analytic, at the full sequence length)')
+    if axis == 'flops':
+      ax.set_xscale('log')
+    ax.set_ylabel('MLM loss')
+    ax.set_title(f'Masked-LM loss, {top} ({seeds_note})')
+    ax.legend(fontsize=7)
+    save(fig, f'loss_vs_{axis}.png')
+  present = [m for m in OBJECTIVE_METRICS if any(
+      m in point for r in rows if r['kind'] == 'pretrain'
+      for point in r['curve'])]
+  if present:
+    fig, axes = plt.subplots(1, len(present),
+                             figsize=(4.2 * len(present), 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], present):
+      for arm in plan.arms:
+        curves = [r['curve'] for r in pre.get((arm.name, top), {}).values()]
+        steps, mean, low, high = _curve_stats(curves, metric)
+        if steps:
+          line, = ax.plot(steps, mean, label=arm.name)
+          _band(ax, steps, low, high, line.get_color())
+      ax.set_title(metric)
+      ax.set_xlabel('training step')
+      ax.legend(fontsize=7)
+    save(fig, 'objectives.png')
+  groups = downstream_groups(rows)
+  if groups:
+    paths += _downstream_plots(plan, groups, pre, out, plt, save, seeds_note)
+  return paths
+
+
+def _curve_stats(curves: list[list[dict]], metric: str):
+  """Steps every curve logged ``metric`` at, with the mean and a 95% band
+  over the curves (seeds)."""
+  points = [{p['step']: p[metric] for p in c if metric in p} for c in curves]
+  steps = sorted(set.intersection(*(set(p) for p in points))) if points else []
+  mean, low, high = [], [], []
+  for step in steps:
+    iv = intervals.seed_interval([p[step] for p in points])
+    mean.append(iv.estimate)
+    low.append(iv.low if len(points) > 1 else iv.estimate)
+    high.append(iv.high if len(points) > 1 else iv.estimate)
+  return steps, mean, low, high
+
+
+def _downstream_plots(plan, groups, pre, out, plt, save, seeds_note):
+  scratch = {g.architecture: g for g in groups if g.arm == SCRATCH}
+  by_arm = {(g.arm, g.budget): g for g in groups if g.arm != SCRATCH}
+  headline = next(iter(next(iter(groups)).chosen().values()))['headline']
+  budgets = [budget_label(*b) for b in plan.budgets]
+  fig_a, ax_a = plt.subplots(figsize=(7, 4.5))
+  fig_d, ax_d = plt.subplots(figsize=(7, 4.5))
+  for arm in plan.arms:
+    points = [(budget, by_arm[(arm.name, budget)]) for budget in budgets
+              if (arm.name, budget) in by_arm]
+    if not points:
+      continue
+    flops = [np.mean([r['flops'] for r in pre[(arm.name, b)].values()])
+             for b, _ in points]
+    steps = [np.mean([r['steps'] for r in pre[(arm.name, b)].values()])
+             for b, _ in points]
+    own = [headline_interval(g.chosen()) for _, g in points]
+    line, = ax_a.plot(flops, [iv.estimate for iv in own], 'o-',
+                      label=arm.name)
+    _band(ax_a, flops, [_low(iv) for iv in own], [_high(iv) for iv in own],
+          line.get_color())
+    diffs = [headline_interval(g.chosen(), scratch[g.architecture].chosen())
+             for _, g in points if g.architecture in scratch]
+    if diffs:
+      line, = ax_d.plot(steps[:len(diffs)], [iv.estimate for iv in diffs],
+                        'o-', label=arm.name)
+      _band(ax_d, steps[:len(diffs)], [_low(iv) for iv in diffs],
+            [_high(iv) for iv in diffs], line.get_color())
+  for arch, group in sorted(scratch.items()):
+    iv = headline_interval(group.chosen())
+    label = SCRATCH if len(scratch) == 1 else f'{SCRATCH} ({arch})'
+    ax_a.axhline(iv.estimate, color='gray', linestyle=':', label=label)
+    ax_a.axhspan(_low(iv), _high(iv), color='gray', alpha=0.15)
+  ax_a.set_xscale('log')
+  ax_a.set_xlabel('pretraining FLOPs (analytic)')
+  ax_a.set_ylabel(f'held-out {headline}')
+  ax_a.set_title(f'Downstream {headline} after pretraining ({seeds_note})')
+  ax_a.legend(fontsize=8)
+  save(fig_a, 'downstream_vs_flops.png')
+  ax_d.axhline(0.0, color='black', linewidth=0.8)
+  ax_d.set_xscale('log')
+  ax_d.set_xlabel('pretraining steps')
+  ax_d.set_ylabel(f'pretrained - {SCRATCH}, held-out {headline}')
+  ax_d.set_title(f'What pretraining buys downstream ({seeds_note})')
+  ax_d.legend(fontsize=8)
+  save(fig_d, 'difference_vs_steps.png')
+  return []
+
+
+def _low(iv):
+  return iv.estimate if math.isnan(iv.low) else iv.low
+
+
+def _high(iv):
+  return iv.estimate if math.isnan(iv.high) else iv.high
+
+
+# ---------------------------------------------------------------------------
+# The comparison.
 
 
 def compare(runs: list[str], overrides: list[str], budget: str, out: str,
             seed: int = 0, finetune_spec: str = DEFAULT_FINETUNE,
-            finetune_overrides: tuple[str, ...] = ()) -> str:
-  """Trains what has not run, fine-tunes each on the downstream task, then
-  writes the table and plots to ``out``.
-
-  Returns the markdown table.
-  """
-  prepared = prepare_runs(runs, overrides, budget, out, seed)
-  downstream = finetune_config(finetune_spec, list(finetune_overrides), seed)
+            finetune_overrides: tuple[str, ...] = (), seeds: int = 1,
+            sweeps: tuple[str, ...] = (), finetune_lrs: str = '',
+            dev_fraction: float = 0.2, baseline: str = '',
+            results: str = '', command: str = '') -> str:
+  """Runs what has no row yet, then writes the report and plots to
+  ``results`` (default ``out``); returns the markdown report."""
+  start = time.time()
+  plan = make_plan(runs, overrides, budget, seeds, seed, sweeps,
+                   finetune_spec, finetune_overrides, finetune_lrs,
+                   dev_fraction, baseline)
+  results = results or out
   os.makedirs(out, exist_ok=True)
-  results = []
-  for run in prepared:
-    wall = None
-    if run['cfg'] is not None and not _finished(run):
-      print(f'== {run["name"]}: {run["cfg"].total_steps} steps in '
-            f'{run["workdir"]}', flush=True)
-      start = time.time()
-      train.train_and_evaluate(run['cfg'], run['workdir'])
-      wall = time.time() - start
-    result = read_run(run['name'], run['workdir'])
-    result['wall_seconds'] = wall
-    if downstream is not None:
-      result['downstream'] = run_downstream(result, downstream, out)
-    results.append(result)
-  markdown = table(results)
-  with open(os.path.join(out, 'compare.md'), 'w') as f:
+  os.makedirs(results, exist_ok=True)
+  rows = Rows(os.path.join(results, ROWS))
+  run_plan(plan, out, rows)
+  wall = time.time() - start
+  markdown = report(plan, rows.rows, command or 'python experiments/'
+                    'compare.py ...', wall)
+  with open(os.path.join(results, 'compare.md'), 'w') as f:
     f.write(markdown)
-  plots(results, out)
+  plots(plan, rows.rows, results)
+  print(f'compare: this invocation {wall / 60:.1f} min; the comparison\'s '
+        f'runs {sum(r.get("wall_seconds") or 0 for r in rows.rows) / 60:.1f}'
+        ' min in all', flush=True)
   return markdown
 
 
@@ -406,19 +1059,42 @@ def main(argv=None) -> None:
   parser.add_argument('--set', action='append', default=[], dest='overrides',
                       help='field=value for every config run; repeat.')
   parser.add_argument('--budget', default='steps:300',
-                      help='steps:N, tokens:N or flops:N (default steps:300).')
-  parser.add_argument('--out', required=True, help='output directory.')
+                      help='steps:N, tokens:N or flops:N; several as '
+                      'steps:300,600 (default steps:300).')
+  parser.add_argument('--out', required=True,
+                      help='directory of the runs (workdirs).')
+  parser.add_argument('--results', default='',
+                      help='directory of rows.jsonl, compare.md and the '
+                      'plots (default: --out).')
   parser.add_argument('--seed', type=int, default=0,
-                      help='the shared seed of every config run.')
+                      help='the first seed (default 0).')
+  parser.add_argument('--seeds', type=int, default=1,
+                      help='seeds per arm: seed, seed + 1, ...')
+  parser.add_argument('--sweep', action='append', default=[],
+                      help='FIELD=v1,v2,...: one arm per value (one or two '
+                      'sweeps; two run their product).')
+  parser.add_argument('--baseline', default='',
+                      help='the arm every other is compared to (default: '
+                      'the first).')
   parser.add_argument('--finetune', default=DEFAULT_FINETUNE,
                       help='fine-tuning config (path.py[:arg]) of the '
                       'downstream task; none to skip.')
   parser.add_argument('--finetune_set', action='append', default=[],
                       help='field=value for the fine-tuning config; repeat.')
+  parser.add_argument('--finetune_lrs', default='',
+                      help='learning-rate grid, e.g. 1e-4,3e-4,1e-3 '
+                      '(default: the fine-tuning config\'s rate).')
+  parser.add_argument('--dev_fraction', type=float, default=0.2,
+                      help='with a grid: the training examples held out to '
+                      'choose the rate (default 0.2).')
   args = parser.parse_args(argv)
+  command = 'python experiments/compare.py ' + ' '.join(
+      shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
   try:
     print(compare(args.run, args.overrides, args.budget, args.out,
-                  args.seed, args.finetune, args.finetune_set))
+                  args.seed, args.finetune, args.finetune_set, args.seeds,
+                  args.sweep, args.finetune_lrs, args.dev_fraction,
+                  args.baseline, args.results, command))
   except CompareError as e:
     parser.error(str(e))
 

@@ -1,7 +1,12 @@
 """The compare tool: budgets, overrides, errors, and a tiny comparison."""
 
 import importlib.util
+import json
 import os
+import shutil
+import sys
+
+import numpy as np
 
 import pytest
 
@@ -11,6 +16,7 @@ CONFIGS = os.path.join(REPO, 'experiments', 'configs')
 _spec = importlib.util.spec_from_file_location(
     'compare', os.path.join(REPO, 'experiments', 'compare.py'))
 compare = importlib.util.module_from_spec(_spec)
+sys.modules['compare'] = compare   # Its dataclasses look their module up.
 _spec.loader.exec_module(compare)
 
 # Tiny everything, for every run: a 2-layer 32-wide model on 60 documents.
@@ -23,7 +29,7 @@ TINY = ['data.corpus.max_documents=60', 'data.tokenizer.vocab_size=400',
         'eval_every_steps=4', 'checkpoint_every_steps=4',
         'data.num_threads=1']
 # The downstream (embedded) task, tiny: 16 examples per class, one epoch.
-TINY_FINETUNE = ('task.examples_per_class=16', 'num_epochs=1.0',
+TINY_FINETUNE = ('task.examples_per_class=16', 'num_epochs=2.0',
                  'max_seq_length=32', 'batch_size=8')
 
 
@@ -56,66 +62,228 @@ def test_schedule_keeps_the_presets_warmup_fraction():
           cfg.num_train_steps) == (500, 5, 0)
 
 
-@pytest.mark.parametrize('runs, overrides, budget, message', [
-    (['bert'], [], 'steps:10', 'NAME='),
-    ([_run('a', 'bert.py'), _run('a', 'roberta.py')], [], 'steps:10',
+@pytest.mark.parametrize('runs, overrides, budget, extra, message', [
+    (['bert'], [], 'steps:10', {}, 'NAME='),
+    ([_run('a', 'bert.py'), _run('a', 'roberta.py')], [], 'steps:10', {},
      'used twice'),
-    ([_run('a', 'nope.py')], [], 'steps:10', 'neither a config file'),
-    ([_run('a', 'bert.py')], ['model.no_such_field=3'], 'steps:10',
+    ([_run('scratch', 'bert.py')], [], 'steps:10', {}, 'control'),
+    ([_run('a', 'nope.py')], [], 'steps:10', {}, 'neither a config file'),
+    ([_run('a', 'bert.py')], ['model.no_such_field=3'], 'steps:10', {},
      'no field model.no_such_field'),
-    ([_run('a', 'bert.py')], ['model.size'], 'steps:10', 'field=value'),
-    ([_run('a', 'bert.py')], [], 'hours:3', 'steps:N'),
-    ([_run('a', 'bert.py')], [], 'steps:0', 'N > 0'),
-    ([], [], 'steps:10', 'no --run'),
+    ([_run('a', 'bert.py')], ['model.size'], 'steps:10', {}, 'field=value'),
+    ([_run('a', 'bert.py')], [], 'hours:3', {}, 'steps:N'),
+    ([_run('a', 'bert.py')], [], 'steps:0', {}, 'N > 0'),
+    ([_run('a', 'bert.py')], [], 'steps:5,5', {}, 'repeats'),
+    ([], [], 'steps:10', {}, 'no --run'),
+    ([_run('a', 'bert.py')], [], 'steps:10', {'seeds': 0}, 'at least 1'),
+    ([_run('a', 'bert.py')], [], 'steps:10', {'sweeps': ['masking.rate=0.1']},
+     'at least two values'),
+    ([_run('a', 'bert.py')], [], 'steps:10',
+     {'sweeps': ['masking.nope=1,2']}, 'no field masking.nope'),
+    ([_run('a', 'bert.py')], [], 'steps:10',
+     {'sweeps': ['a=1,2', 'b=1,2', 'c=1,2']}, 'one or two'),
+    ([_run('a', 'bert.py')], [], 'steps:10', {'finetune_lrs': '1e-4,x'},
+     'learning rates'),
+    ([_run('a', 'bert.py')], [], 'steps:10',
+     {'finetune_lrs': '1e-4,2e-4', 'dev_fraction': 0.0}, 'dev split'),
+    ([_run('a', 'bert.py')], [], 'steps:10', {'baseline': 'b'}, 'not an arm'),
 ])
 def test_bad_arguments_fail_before_training(tmp_path, runs, overrides,
-                                            budget, message):
+                                            budget, extra, message):
   with pytest.raises(compare.CompareError, match=message):
-    compare.prepare_runs(runs, overrides, budget, str(tmp_path), 0)
+    compare.make_plan(runs, overrides, budget, **extra)
   assert not os.listdir(tmp_path)
 
 
+def test_sweeps_make_one_arm_per_point_of_the_grid():
+  arms = compare.make_arms([_run('bert', 'bert.py')],
+                           ['masking.rate=0.1,0.2', 'masking.span_upper=3,5'])
+  assert [a.name for a in arms] == [
+      'bert[masking.rate=0.1,masking.span_upper=3]',
+      'bert[masking.rate=0.1,masking.span_upper=5]',
+      'bert[masking.rate=0.2,masking.span_upper=3]',
+      'bert[masking.rate=0.2,masking.span_upper=5]']
+  assert arms[2].setting == (('masking.rate', 0.2),
+                             ('masking.span_upper', 3))
+  cfg = compare.arm_config(arms[2], [], 7, 'steps', 50)
+  assert (cfg.masking.rate, cfg.masking.span_upper, cfg.seed,
+          cfg.total_steps) == (0.2, 3, 7, 50)
+  assert all('[' not in a.directory and ']' not in a.directory for a in arms)
+
+
+def _ft_row(arm, seed, lr, dev, correct, architecture='x', budget='steps4'):
+  labels = [0] * len(correct)
+  return {'kind': 'finetune', 'arm': arm, 'budget': budget, 'seed': seed,
+          'lr': lr, 'architecture': architecture, 'task': 'embedded',
+          'headline': 'accuracy',
+          'dev_metrics': {'accuracy': dev, 'f1': dev},
+          'metrics': {'accuracy': float(np.mean(correct)), 'f1': 0.0},
+          'eval_predictions': [0 if c else 1 for c in correct],
+          'eval_labels': labels}
+
+
+def test_each_arm_chooses_its_rate_on_dev_never_on_held_out():
+  # At lr 1 the dev score is best and the held-out score worst: the choice
+  # must follow dev.
+  rows = []
+  for seed in (0, 1, 2):
+    rows.append(_ft_row('a', seed, 1.0, 0.9, [seed % 2 == 0] + [False] * 9))
+    rows.append(_ft_row('a', seed, 2.0, 0.5, [True] * 10))
+  rows.append(_ft_row('a', 3, 2.0, 0.99, [True] * 10))  # Only one rate.
+  (group,) = compare.downstream_groups(rows)
+  assert group.chosen_lr == 1.0 and sorted(group.by_lr[2.0]) == [0, 1, 2, 3]
+
+
+def test_paired_differences_use_the_seeds_both_arms_have():
+  a = {s: _ft_row('a', s, 1.0, 0.5, [True] * 8 + [False] * 2)
+       for s in (0, 1, 2)}
+  b = {s: _ft_row('b', s, 1.0, 0.5, [True] * 5 + [False] * 5)
+       for s in (1, 2, 3)}
+  iv = compare.headline_interval(a, b)
+  assert iv.seeds == 2 and iv.estimate == pytest.approx(0.3)
+  # Without per-example predictions: Student t over the paired seeds.
+  for row in list(a.values()) + list(b.values()):
+    del row['eval_predictions']
+  iv = compare.headline_interval(a, b)
+  assert iv.seeds == 2 and iv.examples == 0
+  assert iv.estimate == pytest.approx(0.3) and iv.low == iv.high
+
+
+def _pre_row(arm, seed, budget, steps, loss, architecture='x'):
+  return {'kind': 'pretrain', 'key': f'{arm}{seed}{budget}', 'arm': arm,
+          'budget': budget, 'seed': seed, 'objective': 'bert',
+          'objective_label': 'MLM', 'steps': steps, 'tokens': steps * 100,
+          'flops': steps * 1e6, 'parameters': 1000, 'wall_seconds': 2.0,
+          'architecture': architecture,
+          'final': {'eval_mlm_loss': loss, 'eval_mlm_accuracy': 0.1},
+          'curve': [{'step': s, 'mlm_loss': loss + 1 / s,
+                     'eval_mlm_loss': loss + 1 / s, 'nsp_accuracy': 0.5}
+                    for s in range(1, steps + 1)]}
+
+
+def test_report_and_plots_from_rows(tmp_path):
+  """Two budgets, two architectures, a rate grid, from rows alone."""
+  plan = compare.make_plan(
+      [_run('a', 'bert.py'), _run('b', 'roberta.py')], [], 'steps:2,4',
+      seeds=3, finetune_lrs='1e-3,3e-3', baseline='b')
+  rng = np.random.default_rng(0)
+  rows = []
+  for seed in range(3):
+    rows.append(_ft_row('scratch', seed, 1e-3, 0.3, rng.random(50) < 0.3,
+                        'x', ''))
+    rows.append(_ft_row('scratch', seed, 3e-3, 0.2, rng.random(50) < 0.2,
+                        'x', ''))
+    rows.append(_ft_row('scratch', seed, 1e-3, 0.3, rng.random(50) < 0.3,
+                        'y', ''))
+    for budget, steps, p in (('steps2', 2, 0.5), ('steps4', 4, 0.9)):
+      for arm, arch in (('a', 'x'), ('b', 'y')):
+        rows.append(_pre_row(arm, seed, budget, steps, 5.0 - steps / 4, arch))
+        for lr in (1e-3, 3e-3):
+          rows.append(_ft_row(arm, seed, lr, p if lr == 1e-3 else 0.1,
+                              rng.random(50) < p, arch, budget))
+  markdown = compare.report(plan, rows, 'python experiments/compare.py x',
+                            1.0)
+  lines = markdown.split('\n')
+  assert 'Seeds: 0, 1, 2 (N = 3' in markdown
+  assert 'Wall time: 0.4 min for every run in the rows' in markdown
+  # A control per architecture; arm a at 4 steps beats its own clearly.
+  assert sum(l.startswith('| scratch (') for l in lines) == 2
+  (row,) = [l.split(' | ') for l in lines
+            if l.startswith('| a | steps4 | 3 |')]
+  assert row[3] == '0.001' and row[6].startswith('**+')   # Chosen on dev.
+  assert row[7] != '-'              # Paired with the baseline b.
+  (row,) = [l.split(' | ') for l in lines
+            if l.startswith('| b | steps4 | 3 |')]
+  assert row[7] == '-'              # The baseline itself.
+  assert '0.003 |' in markdown and '0.001 (chosen)' in markdown
+  paths = compare.plots(plan, rows, str(tmp_path))
+  assert sorted(os.path.basename(p) for p in paths) == sorted([
+      'loss_vs_steps.png', 'loss_vs_flops.png', 'objectives.png',
+      'downstream_vs_flops.png', 'difference_vs_steps.png'])
+  for path in paths:
+    with open(path, 'rb') as f:
+      assert f.read(4) == b'\x89PNG'
+
+
+def test_a_torn_last_row_is_cut_off_and_rerun(tmp_path):
+  path = tmp_path / compare.ROWS
+  path.write_text('{"key": "a", "kind": "pretrain"}\n{"key": "b", "ki')
+  rows = compare.Rows(str(path))
+  assert [r['key'] for r in rows.rows] == ['a']
+  rows.add({'key': 'c'})
+  assert [r['key'] for r in compare.Rows(str(path)).rows] == ['a', 'c']
+  path.write_text('{"key": "a"}\nnot json\n{"key": "b"}\n')
+  with pytest.raises(compare.CompareError, match='line 2'):
+    compare.Rows(str(path))
+
+
 @pytest.mark.e2e
-def test_tiny_comparison_writes_table_and_plots(tmp_path):
-  out = str(tmp_path / 'out')
+def test_seeded_comparison_with_control_sweep_and_resume(tmp_path):
+  out, results = str(tmp_path / 'out'), str(tmp_path / 'results')
   data = [f'data.data_dir="{tmp_path / "data"}"']
-  runs = [_run('bert', 'bert.py:size=base'),
-          _run('roberta', 'roberta.py:size=base'),
-          _run('spanbert', 'spanbert.py')]
-  markdown = compare.compare(runs, TINY + data, 'steps:4', out, seed=3,
-                             finetune_overrides=TINY_FINETUNE)
-  rows = markdown.strip().split('\n')
-  assert len(rows) == 2 + 3
-  assert rows[0].startswith('| run | objective | params | steps')
-  bert_row = rows[2].split(' | ')
-  assert bert_row[0] == '| bert' and bert_row[3] == '4'
-  # NSP only for BERT; SBO only for SpanBERT.
-  header = [c.strip() for c in rows[0].strip('|').split('|')]
-  cells = {r.split(' | ')[0].strip('| '): [c.strip() for c in
-                                            r.strip('|').split('|')]
-           for r in rows[2:]}
-  nsp, sbo = header.index('NSP/SOP acc.'), header.index('SBO acc.')
-  assert cells['bert'][nsp] != '-' and cells['roberta'][nsp] == '-'
-  assert cells['spanbert'][sbo] != '-' and cells['bert'][sbo] == '-'
-  # Every run's downstream score, from its own fine-tuning.
-  downstream = header.index('embedded accuracy')
-  for name in ('bert', 'roberta', 'spanbert'):
-    assert 0 <= float(cells[name][downstream]) <= 1
-    assert os.path.isfile(os.path.join(out, 'finetune', f'{name}-step4',
-                                       'downstream.json'))
-  with open(os.path.join(out, 'compare.md')) as f:
-    assert f.read() == markdown
-  for name in ('loss_vs_steps.png', 'loss_vs_flops.png', 'objectives.png'):
-    with open(os.path.join(out, name), 'rb') as f:
+  kwargs = dict(seed=3, seeds=2, finetune_overrides=TINY_FINETUNE,
+                finetune_lrs='3e-3', sweeps=['masking.rate=0.1,0.2'],
+                results=results, command='python experiments/compare.py (t)')
+  runs = [_run('bert', 'bert.py:size=base')]
+  markdown = compare.compare(runs, TINY + data, 'steps:3', out, **kwargs)
+  rows = compare.Rows(os.path.join(results, compare.ROWS)).rows
+  pre = [r for r in rows if r['kind'] == 'pretrain']
+  ft = [r for r in rows if r['kind'] == 'finetune']
+  # 2 arms x 2 seeds pretrained and fine-tuned; one control (the arms
+  # share their architecture and tokenizer) per seed, paired by seed.
+  assert len(pre) == 4 and len(ft) == 4 + 2
+  assert sorted(r['seed'] for r in ft if r['arm'] == 'scratch') == [3, 4]
+  assert len({r['architecture'] for r in ft}) == 1
+  assert all(len(r['eval_predictions']) == len(r['eval_labels']) > 100
+             for r in ft)
+  assert 'Seeds: 3, 4 (N = 2' in markdown
+  assert 'Δ vs bert[masking.rate=0.1] [95%]' in markdown
+  (row,) = [l.split(' | ') for l in markdown.split('\n')
+            if l.startswith('| bert[masking.rate=0.2] | steps3 | 2 |')]
+  assert '[' in row[5] and '[' in row[6] and '[' in row[7]
+  for name in ('loss_vs_steps.png', 'downstream_vs_flops.png',
+               'difference_vs_steps.png'):
+    with open(os.path.join(results, name), 'rb') as f:
       png = f.read()
     assert png.startswith(b'\x89PNG') and len(png) > 10_000, name
-  # Rerun: nothing trains again, and a finished workdir is read as it is.
-  again = compare.compare(
-      runs[:2] + [f'spanbert={os.path.join(out, "runs", "spanbert")}'],
-      TINY + data, 'steps:4', out, seed=3, finetune_overrides=TINY_FINETUNE)
-  strip_wall = lambda md: [r.split(' | ')[:6] + r.split(' | ')[7:]
-                           for r in md.strip().split('\n')]
-  assert strip_wall(again) == strip_wall(markdown)
-  assert all(r.split(' | ')[6] == '-' for r in again.strip().split('\n')[2:])
-  assert [r.split(' | ')[1] for r in rows[2:]] == ['MLM+NSP', 'MLM',
-                                                   'MLM+SBO']
+  # Another machine: no workdirs, only the rows. Nothing trains again and
+  # the report is the same but for this invocation's wall time.
+  shutil.rmtree(out)
+  again = compare.compare(runs, TINY + data, 'steps:3', out, **kwargs)
+  assert not os.path.exists(os.path.join(out, 'runs'))
+  same = lambda md: [l for l in md.split('\n') if 'this invocation' not in l]
+  assert same(again) == same(markdown)
+  # A fine-tuning killed before its row was whole: it runs again, and is
+  # the same run bit for bit (its pretraining is redone too: the workdirs
+  # are gone, and that is deterministic as well).
+  with open(os.path.join(results, compare.ROWS)) as f:
+    lines = f.readlines()
+  with open(os.path.join(results, compare.ROWS), 'w') as f:
+    f.writelines(lines[:-1] + [lines[-1][:40]])
+  compare.compare(runs, TINY + data, 'steps:3', out, **kwargs)
+  redone = compare.Rows(os.path.join(results, compare.ROWS)).rows[-1]
+  dropped = json.loads(lines[-1])
+  for row in (redone, dropped):
+    row.pop('wall_seconds')
+  assert redone == dropped
+
+
+def test_settings_key_follows_what_is_computed_not_where():
+  cfg = compare.load_config(os.path.join(CONFIGS, 'bert.py'))
+  key = compare.settings_key(cfg)
+  moved = cfg.copy_and_resolve_references()
+  moved.data.data_dir = '/elsewhere'
+  assert compare.settings_key(moved) == key
+  moved.masking.rate = 0.2
+  assert compare.settings_key(moved) != key
+  # A field the defaults do not have always counts.
+  grown = cfg.copy_and_resolve_references()
+  with grown.unlocked():
+    grown.model.new_option = 0
+  assert compare.settings_key(grown) != key   # Not a default: it counts.
+  ft = compare.finetune_config(os.path.join(CONFIGS, 'finetune.py'), [], 0)
+  other = ft.copy_and_resolve_references()
+  other.init = '/some/run'
+  assert compare.settings_key(other) == compare.settings_key(ft)
+  other.seed = 1
+  assert compare.settings_key(other) != compare.settings_key(ft)
