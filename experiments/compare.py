@@ -39,7 +39,8 @@ What is reported (``--results``, default ``--out``):
   ``loss_vs_flops.png`` (MLM loss, mean over seeds with a band),
   ``objectives.png``.
 - ``rows.jsonl``: one raw row per finished pretraining or fine-tuning run,
-  appended as each finishes. A rerun skips every run whose row is there
+  appended as each finishes (``--report_only`` writes the report of the
+  rows so far without running anything). A rerun skips every run whose row is there
   (with the same settings) and resumes an unfinished one from its
   checkpoint, bitwise; so a long comparison can be stopped and continued,
   in another session, from the rows alone: commit them as they come.
@@ -1028,9 +1029,11 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
             finetune_overrides: tuple[str, ...] = (), seeds: int = 1,
             sweeps: tuple[str, ...] = (), finetune_lrs: str = '',
             dev_fraction: float = 0.2, baseline: str = '',
-            results: str = '', command: str = '') -> str:
-  """Runs what has no row yet, then writes the report and plots to
-  ``results`` (default ``out``); returns the markdown report."""
+            results: str = '', command: str = '',
+            report_only: bool = False) -> str:
+  """Runs what has no row yet (nothing with ``report_only``), then writes
+  the report and plots to ``results`` (default ``out``); returns the
+  markdown report."""
   start = time.time()
   plan = make_plan(runs, overrides, budget, seeds, seed, sweeps,
                    finetune_spec, finetune_overrides, finetune_lrs,
@@ -1039,7 +1042,8 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
   os.makedirs(out, exist_ok=True)
   os.makedirs(results, exist_ok=True)
   rows = Rows(os.path.join(results, ROWS))
-  run_plan(plan, out, rows)
+  if not report_only:
+    run_plan(plan, out, rows)
   wall = time.time() - start
   markdown = report(plan, rows.rows, command or 'python experiments/'
                     'compare.py ...', wall)
@@ -1087,6 +1091,9 @@ def main(argv=None) -> None:
   parser.add_argument('--dev_fraction', type=float, default=0.2,
                       help='with a grid: the training examples held out to '
                       'choose the rate (default 0.2).')
+  parser.add_argument('--report_only', action='store_true',
+                      help='write the report and plots from the rows so far; '
+                      'run nothing.')
   args = parser.parse_args(argv)
   command = 'python experiments/compare.py ' + ' '.join(
       shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
@@ -1094,7 +1101,7 @@ def main(argv=None) -> None:
     print(compare(args.run, args.overrides, args.budget, args.out,
                   args.seed, args.finetune, args.finetune_set, args.seeds,
                   args.sweep, args.finetune_lrs, args.dev_fraction,
-                  args.baseline, args.results, command))
+                  args.baseline, args.results, command, args.report_only))
   except CompareError as e:
     parser.error(str(e))
 

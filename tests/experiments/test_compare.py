@@ -217,7 +217,24 @@ def test_a_torn_last_row_is_cut_off_and_rerun(tmp_path):
     compare.Rows(str(path))
 
 
+@pytest.fixture
+def compilation_cache(tmp_path):
+  """The arms and the control compile the same programs (same shapes and
+  seeds): JAX's persistent cache compiles each once."""
+  import jax  # pylint: disable=g-import-not-at-top
+  names = ('jax_compilation_cache_dir',
+           'jax_persistent_cache_min_compile_time_secs',
+           'jax_persistent_cache_min_entry_size_bytes')
+  saved = {name: getattr(jax.config, name) for name in names}
+  for name, value in zip(names, (str(tmp_path / 'xla_cache'), 0.0, 0)):
+    jax.config.update(name, value)
+  yield
+  for name, value in saved.items():
+    jax.config.update(name, value)
+
+
 @pytest.mark.e2e
+@pytest.mark.usefixtures('compilation_cache')
 def test_seeded_comparison_with_control_sweep_and_resume(tmp_path):
   out, results = str(tmp_path / 'out'), str(tmp_path / 'results')
   data = [f'data.data_dir="{tmp_path / "data"}"']
@@ -246,16 +263,8 @@ def test_seeded_comparison_with_control_sweep_and_resume(tmp_path):
     with open(os.path.join(results, name), 'rb') as f:
       png = f.read()
     assert png.startswith(b'\x89PNG') and len(png) > 10_000, name
-  # Another machine: no workdirs, only the rows. Nothing trains again and
-  # the report is the same but for this invocation's wall time.
-  shutil.rmtree(out)
-  again = compare.compare(runs, TINY + data, 'steps:3', out, **kwargs)
-  assert not os.path.exists(os.path.join(out, 'runs'))
-  same = lambda md: [l for l in md.split('\n') if 'this invocation' not in l]
-  assert same(again) == same(markdown)
-  # A fine-tuning killed before its row was whole: it runs again, and is
-  # the same run bit for bit (its pretraining is redone too: the workdirs
-  # are gone, and that is deterministic as well).
+  # A run killed before its row was whole runs again (here it resumes at
+  # its last checkpoint) and gives the same row, bit for bit.
   with open(os.path.join(results, compare.ROWS)) as f:
     lines = f.readlines()
   with open(os.path.join(results, compare.ROWS), 'w') as f:
@@ -266,6 +275,16 @@ def test_seeded_comparison_with_control_sweep_and_resume(tmp_path):
   for row in (redone, dropped):
     row.pop('wall_seconds')
   assert redone == dropped
+  # Another machine: no workdirs, only the rows. Nothing trains again and
+  # the report is the same but for this invocation's wall time.
+  shutil.rmtree(out)
+  again = compare.compare(runs, TINY + data, 'steps:3', out, **kwargs)
+  assert not os.path.exists(os.path.join(out, 'runs'))
+  same = lambda md: [l for l in md.split('\n') if 'this invocation' not in l]
+  assert same(again) == same(markdown)
+  only = compare.compare(runs, TINY + data, 'steps:3', out, report_only=True,
+                         **dict(kwargs, seeds=3))
+  assert 'N = 3' in only and not os.path.exists(os.path.join(out, 'runs'))
 
 
 def test_settings_key_follows_what_is_computed_not_where():

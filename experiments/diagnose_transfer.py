@@ -1,0 +1,225 @@
+r"""Why does a pretrained encoder fine-tune as it does? Checks for defects.
+
+  python experiments/diagnose_transfer.py --init=runs/demo \
+      --finetune=experiments/configs/compare_small.py:finetune
+
+Puts the run's encoder and random weights of the same architecture (the
+random-init control's, from the fine-tuning seed) side by side, on the
+fine-tuning task's training inputs, and prints a markdown table of:
+
+- inputs: whether the downstream rows are laid out as pretraining's
+  ([CLS] first, [SEP] after the real tokens, the token types used, real
+  lengths, unknown pieces), against the run's held-out pretraining batches;
+- representations: how alike the [CLS] states, the pooler's outputs and the
+  mean-pooled states are across different inputs (mean pairwise cosine; a
+  collapsed representation is near 1), and how saturated the tanh pooler is;
+- scales: word-embedding norms, LayerNorm gains, the final states' spread;
+- the first fine-tuning step: the task loss and each block's gradient norm
+  (what the first update sees), and what the fine-tuning optimizer starts
+  from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:   # Run as a script from a checkout.
+  sys.path.insert(0, _ROOT)
+
+from bertjax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
+from bertjax import finetune  # pylint: disable=g-import-not-at-top
+from bertjax import train  # pylint: disable=g-import-not-at-top
+from bertjax.models import heads  # pylint: disable=g-import-not-at-top
+from data_pipelines import pipeline  # pylint: disable=g-import-not-at-top
+from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+DEFAULT_FINETUNE = os.path.join(_ROOT, 'experiments', 'configs',
+                                'finetune.py')
+NUM_INPUTS = 256
+
+
+def _load_config(spec: str):
+  path, _, arg = spec.partition(':')
+  module_spec = importlib.util.spec_from_file_location('ft_config', path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)
+
+
+def layout(rows: dict) -> dict[str, float]:
+  """Layout statistics of ``[N, L]`` input rows."""
+  ids, types, mask = (np.asarray(rows[k]) for k in (
+      'input_ids', 'token_type_ids', 'attention_mask'))
+  lengths = mask.sum(1)
+  last = ids[np.arange(len(ids)), lengths - 1]
+  real = ids[mask.astype(bool)]
+  return {
+      'rows starting with [CLS]': float(np.mean(ids[:, 0] == tokenizer_lib.CLS_ID)),
+      'rows ending (last real token) with [SEP]': float(
+          np.mean(last == tokenizer_lib.SEP_ID)),
+      'token type 1 share of real tokens': float(
+          np.mean(types[mask.astype(bool)] == 1)),
+      'real tokens per row (mean)': float(lengths.mean()),
+      'rows filled to max_seq_length': float(np.mean(lengths == ids.shape[1])),
+      'unknown-piece share': float(np.mean(real == tokenizer_lib.UNK_ID)),
+  }
+
+
+def _mean_cosine(x: np.ndarray) -> float:
+  x = x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+  sim = x @ x.T
+  n = len(x)
+  return float((sim.sum() - np.trace(sim)) / (n * (n - 1)))
+
+
+def representations(model, params, rows: dict) -> dict[str, float]:
+  """Similarity of what the head reads, across inputs."""
+  args = [jnp.asarray(rows[k]) for k in ('input_ids', 'token_type_ids',
+                                          'attention_mask')]
+  cfg = model.cfg
+
+  def encode(params):
+    bound = model.bind({'params': params})
+    x = bound.embeddings(args[0], args[1], True)
+    from bertjax.models import bert as bert_lib  # pylint: disable=g-import-not-at-top
+    return bert_lib.run_layers(cfg, bound.layers, x, args[0], args[2], True,
+                               all_layers=False)
+
+  states = np.asarray(jax.jit(encode)(params))
+  mask = np.asarray(rows['attention_mask'])[..., None]
+  cls = states[:, 0]
+  pooled = np.tanh(cls @ np.asarray(params['pooler']['kernel'])
+                   + np.asarray(params['pooler']['bias']))
+  mean = (states * mask).sum(1) / mask.sum(1)
+  return {
+      '[CLS] state: mean pairwise cosine': _mean_cosine(cls),
+      'pooler output: mean pairwise cosine': _mean_cosine(pooled),
+      'pooler output: share with |tanh| > 0.99': float(
+          np.mean(np.abs(pooled) > 0.99)),
+      'mean-pooled state: mean pairwise cosine': _mean_cosine(mean),
+      'final states: std over inputs, per feature (mean)': float(
+          cls.std(0).mean()),
+  }
+
+
+def scales(params: dict) -> dict[str, float]:
+  flat = flax.traverse_util.flatten_dict(params)
+  words = flat[('embeddings', 'word', 'embedding')]
+  gains = [np.asarray(v) for k, v in flat.items()
+           if k[-1] == 'scale' and 'norm' in '/'.join(k).lower()]
+  return {
+      'word embeddings: mean row norm': float(
+          np.linalg.norm(np.asarray(words), axis=-1).mean()),
+      'LayerNorm gains: mean': float(np.mean([g.mean() for g in gains])),
+      'LayerNorm gains: min': float(min(g.min() for g in gains)),
+  }
+
+
+def first_step(model, params, rows: dict) -> dict[str, float]:
+  """The task loss at the start and each top-level block's gradient norm
+  on one batch of training rows."""
+  batch = {k: jnp.asarray(rows[k]) for k in ('input_ids', 'token_type_ids',
+                                              'attention_mask', 'label')}
+
+  def loss_fn(p):
+    logits = model.apply({'params': p}, batch['input_ids'],
+                         batch['token_type_ids'], batch['attention_mask'])
+    return finetune.task_loss('classification', logits, batch)
+
+  loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params)
+  out = {'task loss at the start': float(loss)}
+  for name in sorted(grads):
+    leaves = jax.tree.leaves(grads[name])
+    out[f'gradient norm: {name}'] = float(np.sqrt(sum(
+        float(jnp.sum(g.astype(jnp.float32) ** 2)) for g in leaves)))
+  return out
+
+
+def diagnose(init: str, cfg) -> str:
+  """The markdown tables for ``init`` against random weights, on the
+  classification task of fine-tuning config ``cfg``."""
+  cfg = cfg.copy_and_resolve_references()
+  cfg.init = init
+  pretrained = finetune.load_pretrained(init)
+  model_cfg = finetune.downstream_config(cfg, pretrained)
+  task, _ = finetune.load_task(cfg)
+  if task.kind != 'classification':
+    raise ValueError(f'{task.name} is {task.kind}; this reads classification '
+                     'tasks.')
+  data = finetune._encode(cfg, task, task.train[:NUM_INPUTS],  # pylint: disable=protected-access
+                          pretrained.tokenizer)
+  model = heads.DownstreamModel(model_cfg, 'classification', task.num_labels,
+                                pooling=cfg.pooling)
+  dummy = jnp.zeros((1, cfg.max_seq_length), jnp.int32)
+  random = model.init(jax.random.fold_in(jax.random.key(cfg.seed),
+                                         finetune._INIT_KEY),  # pylint: disable=protected-access
+                      dummy, dummy, dummy + 1)['params']
+  random = flax.core.meta.unbox(random)   # Drop the logical-axis boxes.
+  flat = flax.traverse_util.flatten_dict(random)
+  flat.update(flax.traverse_util.flatten_dict(pretrained.params))
+  loaded = flax.traverse_util.unflatten_dict(flat)
+  has_pooler = 'pooler' in pretrained.params
+  first_batch = {k: v[:cfg.batch_size] for k, v in data.items()}
+
+  run = checkpoint_lib.load_run(init)
+  _, prepared = train._prepare_data(run.config, None, init)  # pylint: disable=protected-access
+  pretraining_rows = pipeline.eval_batches(prepared, run.config)[0]
+
+  sections = [
+      ('Inputs', layout(data),
+       layout(pretraining_rows),
+       'downstream rows', 'pretraining rows (held out)'),
+      ('Representations', representations(model, loaded, data),
+       representations(model, random, data), 'pretrained', 'random'),
+      ('Scales', scales(loaded), scales(random), 'pretrained', 'random'),
+      ('First fine-tuning step (one batch)',
+       first_step(model, loaded, first_batch), first_step(
+           model, random, first_batch), 'pretrained', 'random'),
+  ]
+  lines = [f'# Transfer diagnosis: {init} (step {pretrained.step}, '
+           f'{pretrained.objective}) on {task.name}', '',
+           f'{len(data["input_ids"])} training inputs of {task.name}, '
+           f'max_seq_length {cfg.max_seq_length}; random weights from the '
+           f'fine-tuning seed {cfg.seed}. The pretrained pooler is '
+           + ('the run\'s (trained by NSP/SOP).' if has_pooler else
+              'random: the run trained none (no NSP/SOP), as in Hugging '
+              'Face\'s from_pretrained.'),
+           'The fine-tuning optimizer starts fresh: Adam moments at 0 and '
+           'the schedule at step 0 (finetune.py initializes it on the '
+           'trainable parameters; the pretraining optimizer state is not '
+           'read).', '']
+  for title, a, b, name_a, name_b in sections:
+    lines += [f'## {title}', '', f'| | {name_a} | {name_b} |',
+              '| --- | --- | --- |']
+    lines += [f'| {k} | {a[k]:.4g} | {b.get(k, float("nan")):.4g} |'
+              for k in a]
+    lines.append('')
+  return '\n'.join(lines)
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--init', required=True,
+                      help='the pretrained workdir.')
+  parser.add_argument('--finetune', default=DEFAULT_FINETUNE,
+                      help='the fine-tuning config (path.py[:arg]).')
+  parser.add_argument('--out', default='', help='also write the table here.')
+  args = parser.parse_args(argv)
+  text = diagnose(args.init, _load_config(args.finetune))
+  print(text)
+  if args.out:
+    with open(args.out, 'w') as f:
+      f.write(text + '\n')
+
+
+if __name__ == '__main__':
+  main()
