@@ -64,6 +64,16 @@ def _preset(name: str):
   return module.get_config(_PRESET_ARG[name])
 
 
+# The demo's scale (config_lib.demo_config): size, tokenizer, data, batch,
+# schedule and logging.
+_FROM_DEMO = ('model.size', 'model.max_position_embeddings',
+              'data.tokenizer.vocab_size', 'data.eval_fraction',
+              'data.max_seq_length', 'data.num_threads', 'batch_size',
+              'total_steps', 'optimizer.learning_rate',
+              'optimizer.warmup_steps', 'log_every_steps', 'eval_every_steps',
+              'checkpoint_every_steps', 'eval.num_batches')
+
+
 def finetune_config():
   c = finetune_lib.base_config()
   c.task.name = 'embedded'
@@ -83,28 +93,24 @@ def get_config(arg=None):
   if name not in OBJECTIVES:
     raise ValueError(f'objective={name!r}; use one of {OBJECTIVES}.')
   c = _preset(name)
+  demo = config_lib.demo_config()
+  for key in _FROM_DEMO:
+    section, leaf = _parent(c, key), key.split('.')[-1]
+    section[leaf] = _parent(demo, key)[leaf]
   m = c.model
-  m.size = 'tiny'
-  m.num_layers, m.hidden_size, m.num_heads = 2, 128, 2
-  m.intermediate_size = 512
-  m.max_position_embeddings = 128
+  m.num_layers, m.hidden_size, m.num_heads = 2, 128, 2   # The tiny size,
+  m.intermediate_size = 512                              # over a preset's.
   if name == 'electra':
     m.embedding_size = 0
-  c.data.tokenizer.vocab_size = 2000
   c.data.tokenizer.model_type = 'unigram'
-  c.data.eval_fraction = 0.03
-  c.data.max_seq_length = 128
-  c.data.num_threads = 2
   c.masking.max_predictions_per_seq = (
       electra_lib.num_slots(c.electra.mask_prob, 128) if name == 'electra'
       else 20)
-  c.batch_size = 32
-  c.total_steps = 1200
   c.num_train_steps = 0
-  c.optimizer.learning_rate = 1e-3
-  c.optimizer.warmup_steps = 100
-  c.log_every_steps = 50
-  c.eval_every_steps = 300
-  c.checkpoint_every_steps = 300
-  c.eval.num_batches = 8
   return c
+
+
+def _parent(cfg, dotted: str):
+  for part in dotted.split('.')[:-1]:
+    cfg = cfg[part]
+  return cfg
