@@ -103,7 +103,7 @@ def representations(model, params, rows: dict) -> dict[str, float]:
   return {
       '[CLS] state: mean pairwise cosine': _mean_cosine(cls),
       'pooler output: mean pairwise cosine': _mean_cosine(pooled),
-      'pooler output: share with |tanh| > 0.99': float(
+      'pooler output: share saturated (abs > 0.99)': float(
           np.mean(np.abs(pooled) > 0.99)),
       'mean-pooled state: mean pairwise cosine': _mean_cosine(mean),
       'final states: std over inputs, per feature (mean)': float(
