@@ -820,7 +820,10 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
            f'{headline} ({plan.finetune.task.dev_fraction:g} of the training '
            'examples, drawn from the seed); held-out scores at that rate. '
            f'`{SCRATCH}` is the same fine-tuning from random weights of the '
-           f'architecture; Δ are paired by seed.', '']
+           f'architecture; Δ are paired by seed.'
+           + (' A row of one seed has an interval over the held-out examples '
+              'only: it says nothing of the seed-to-seed spread.'
+              if any(len(g.chosen()) < 2 for g in groups) else ''), '']
   head = ['arm', 'budget', 'seeds', 'lr', f'dev {headline}',
           f'held-out {headline} [95%]', f'Δ vs {SCRATCH} [95%]',
           f'Δ vs {plan.baseline} [95%]']
