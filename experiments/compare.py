@@ -900,7 +900,9 @@ def plots(plan: Plan, rows: list[dict], out: str) -> list[str]:
     plt.close(fig)
     paths.append(path)
 
-  seeds_note = f'{len(plan.seeds)} seeds, 95% bands'
+  present = sorted({r['seed'] for r in rows})
+  seeds_note = (f'seed{"s" if len(present) > 1 else ""} '
+                f'{", ".join(map(str, present))}, 95% bands')
   pre = pretrain_groups(rows)
   top = budget_label(*plan.budgets[-1])
   for axis in ('steps', 'flops'):
@@ -929,13 +931,13 @@ def plots(plan: Plan, rows: list[dict], out: str) -> list[str]:
     ax.set_title(f'Masked-LM loss, {top} ({seeds_note})')
     ax.legend(fontsize=7)
     save(fig, f'loss_vs_{axis}.png')
-  present = [m for m in OBJECTIVE_METRICS if any(
+  metrics = [m for m in OBJECTIVE_METRICS if any(
       m in point for r in rows if r['kind'] == 'pretrain'
       for point in r['curve'])]
-  if present:
-    fig, axes = plt.subplots(1, len(present),
-                             figsize=(4.2 * len(present), 3.8), squeeze=False)
-    for ax, metric in zip(axes[0], present):
+  if metrics:
+    fig, axes = plt.subplots(1, len(metrics),
+                             figsize=(4.2 * len(metrics), 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
       for arm in plan.arms:
         curves = [r['curve'] for r in pre.get((arm.name, top), {}).values()]
         steps, mean, low, high = _curve_stats(curves, metric)
