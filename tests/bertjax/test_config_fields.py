@@ -334,6 +334,9 @@ PRESETS = {
     'mixture': [None, 'size=base'],
     'ernie': ['stage=word', 'stage=entity', 'stage=mixed'],
     'distilbert': [None],
+    'compare_small': ['objective=bert', 'objective=roberta',
+                      'objective=spanbert', 'objective=albert',
+                      'objective=electra'],
 }
 # What a preset needs from outside the repo.
 _NEEDS = {

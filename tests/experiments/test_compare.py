@@ -45,6 +45,9 @@ def test_bad_finetune_config_fails_before_training(tmp_path):
     compare.finetune_config(os.path.join(CONFIGS, 'finetune.py'),
                             ['task.nope=1'], 0)
   assert compare.finetune_config('none', [], 0) is None
+  small = compare.finetune_config(
+      os.path.join(CONFIGS, 'compare_small.py') + ':finetune', [], 0)
+  assert (small.task.examples_per_class, small.task.dev_fraction) == (40, 0.2)
 
 
 def test_budgets_convert_to_steps():
