@@ -1100,8 +1100,10 @@ def main(argv=None) -> None:
                       help='write the report and plots from the rows so far; '
                       'run nothing.')
   args = parser.parse_args(argv)
+  # The command that computes the rows (--report_only computes nothing).
   command = 'python experiments/compare.py ' + ' '.join(
-      shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+      shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+      if a != '--report_only')
   try:
     print(compare(args.run, args.overrides, args.budget, args.out,
                   args.seed, args.finetune, args.finetune_set, args.seeds,
