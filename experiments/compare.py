@@ -767,11 +767,16 @@ def report(plan: Plan, rows: list[dict], command: str,
   budgets = [budget_label(*b) for b in plan.budgets]
   pre = pretrain_groups(rows)
   total = sum(r.get('wall_seconds') or 0 for r in rows)
+  done = sorted({r['seed'] for r in rows})
   lines = [
       '# Objective comparison', '',
       '```bash', command, '```', '',
       f'Seeds: {", ".join(map(str, plan.seeds))} (N = {len(plan.seeds)}; '
-      'each the pretraining and the fine-tuning seed). Intervals are 95%: '
+      'each the pretraining and the fine-tuning seed)'
+      + ('' if done == plan.seeds else
+         f'; in the rows so far: {", ".join(map(str, done)) or "none"} '
+         '(the `seeds` columns say which each row rests on)')
+      + '. Intervals are 95%: '
       'pretraining metrics over seeds (Student t); downstream over seeds '
       'and held-out examples (bertjax/intervals.py). A difference is '
       'marked in bold where its interval excludes 0; one whose interval '
