@@ -31,8 +31,8 @@ The recipe (shared by every arm; departures from the presets, for size):
   are for batches of 256 and more and a million steps; at this batch they
   leave a tiny model near the unigram baseline. Why 6000: pretrained minus
   scratch against pretraining steps (experiments/results/
-  compare_small_steps) crosses 0 between 1500 and 3000 steps for BERT
-  (seed 0: -0.13 at 1500, +0.06 at 3000, +0.26 at 6000); a shorter run
+  compare_small_steps) rises with steps and is positive at 6000 on both
+  seeds measured so far (+0.26, +0.12; -0.13 and -0.21 at 1500); a shorter run
   leaves an encoder that fine-tunes worse than random weights (README,
   "Why the demo checkpoint fine-tunes worse than random weights").
 
