@@ -8,6 +8,7 @@ and the allowed values in its message.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import numbers
 import os
@@ -259,6 +260,19 @@ def base_config() -> ml_collections.ConfigDict:
   c.checkpoint_every_steps = 10_000
   c.keep_checkpoints = 3
   return c
+
+
+def load_config_file(spec: str):
+  """``path.py[:arg]`` -> the file's ``get_config(arg)`` (a config file in
+  experiments/configs, loaded by path); ValueError if there is none."""
+  path, _, arg = spec.partition(':')
+  if not (path.endswith('.py') and os.path.isfile(path)):
+    raise ValueError(f'{spec!r} is not a config file (path.py[:arg]).')
+  module_spec = importlib.util.spec_from_file_location(
+      os.path.splitext(os.path.basename(path))[0], path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg or None)
 
 
 def parse_arg(arg: str | None, **defaults) -> dict:

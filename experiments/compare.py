@@ -55,7 +55,6 @@ import argparse
 import ast
 import dataclasses
 import hashlib
-import importlib.util
 import itertools
 import json
 import math
@@ -75,6 +74,7 @@ from bertjax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import intervals  # pylint: disable=g-import-not-at-top
+from bertjax import metric_writers  # pylint: disable=g-import-not-at-top
 from bertjax import pretraining  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 from data_pipelines import downstream as downstream_lib  # pylint: disable=g-import-not-at-top
@@ -114,15 +114,13 @@ class CompareError(ValueError):
 
 def load_config(spec: str):
   """``path.py[:arg]`` -> the file's ``get_config(arg)``."""
-  path, _, arg = spec.partition(':')
-  if not (path.endswith('.py') and os.path.isfile(path)):
+  try:
+    return config_lib.load_config_file(spec)
+  except ValueError as e:
+    if os.path.isfile(spec.partition(':')[0]):
+      raise   # The file's own complaint about its arg.
     raise CompareError(f'{spec!r} is neither a config file (path.py[:arg]) '
-                       'nor a workdir with run_meta.json.')
-  module_spec = importlib.util.spec_from_file_location(
-      os.path.splitext(os.path.basename(path))[0], path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
+                       'nor a workdir with run_meta.json.') from e
 
 
 def _literal(text: str):
@@ -471,7 +469,8 @@ def read_run(workdir: str) -> dict:
   """A finished run's config, metric records and sizes, from its workdir."""
   with open(os.path.join(workdir, train._RUN_META)) as f:  # pylint: disable=protected-access
     meta = json.load(f)
-  records = train_records(workdir)
+  records = [entry for _, entry in metric_writers.logged_lines(
+      os.path.join(workdir, 'metrics.jsonl'))]
   if not records:
     raise CompareError(f'{workdir} has no metrics.')
   cfg = config_lib.from_saved(meta['config'])
@@ -479,11 +478,6 @@ def read_run(workdir: str) -> dict:
           'flops_per_token': (meta.get('flops_per_token')
                               or _flops_per_token(cfg)),
           'parameters': meta.get('trainable_parameters')}
-
-
-def train_records(workdir: str) -> list[dict]:
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    return [json.loads(line) for line in f if line.strip()]
 
 
 def pretrain_row(arm: Arm, budget: str, seed: int, key: str, run: dict,
@@ -529,24 +523,30 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
     wall = None
   else:
     key = _row_key('pretrain', arm.name, settings_key(cfg))
-    if rows.find(key) is not None:
-      return rows.find(key)
+    if (found := rows.find(key)) is not None:
+      return found
     print(f'== {arm.name} seed {seed} {budget}: {cfg.total_steps} steps in '
           f'{workdir}', flush=True)
     start = time.time()
     train.train_and_evaluate(cfg, workdir)
     wall = time.time() - start
     run = read_run(workdir)
-  if rows.find(key) is not None:
-    return rows.find(key)
+  if (found := rows.find(key)) is not None:
+    return found
   row = pretrain_row(arm, budget, seed, key, run, wall)
   row['architecture'] = architecture_key(workdir)
   return rows.add(row)
 
 
-def _has_final_checkpoint(workdir: str, steps: int) -> bool:
+def _ensure_trained(arm: Arm, cfg, workdir: str) -> None:
+  """The arm's encoder in ``workdir`` for fine-tuning: a row found without
+  its workdir (another machine) trains again; the run is deterministic,
+  so it is the same encoder."""
+  if arm.workdir:
+    return
   step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
-  return step is not None and step >= steps
+  if step is None or step < cfg.total_steps:
+    train.train_and_evaluate(cfg, workdir)
 
 
 def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
@@ -589,11 +589,8 @@ def run_plan(plan: Plan, out: str, rows: Rows) -> None:
         todo = [lr for lr in plan.lrs if rows.find(
             _finetune_key(ft, lr, pre['key'])) is None]
         arch = pre['architecture']
-        if todo and not (arm.workdir or _has_final_checkpoint(
-            workdir, cfg.total_steps)):
-          # Its row is here but not its workdir (another machine): train
-          # again; the run is deterministic, so it is the same encoder.
-          train.train_and_evaluate(cfg, workdir)
+        if todo:
+          _ensure_trained(arm, cfg, workdir)
         for lr in todo:
           _finetune(_with_lr(ft, lr, 'pretrained'), workdir,
                     os.path.join(out, 'finetune', arm.directory, budget,
@@ -611,9 +608,7 @@ def run_plan(plan: Plan, out: str, rows: Rows) -> None:
               _with_lr(ft, lr, 'random')))
           if rows.find(key) is not None:
             continue
-          if not (arm.workdir or _has_final_checkpoint(workdir,
-                                                       cfg.total_steps)):
-            train.train_and_evaluate(cfg, workdir)
+          _ensure_trained(arm, cfg, workdir)
           _finetune(_with_lr(ft, lr, 'random'), workdir,
                     os.path.join(out, 'finetune', f'{SCRATCH}-{arch}',
                                  f'seed{seed}', f'lr{lr:g}'),

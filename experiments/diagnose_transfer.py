@@ -22,7 +22,6 @@ fine-tuning task's training inputs, and prints a markdown table of:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 
@@ -36,8 +35,10 @@ if _ROOT not in sys.path:   # Run as a script from a checkout.
   sys.path.insert(0, _ROOT)
 
 from bertjax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
+from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
+from bertjax.models import bert as bert_lib  # pylint: disable=g-import-not-at-top
 from bertjax.models import heads  # pylint: disable=g-import-not-at-top
 from data_pipelines import pipeline  # pylint: disable=g-import-not-at-top
 from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
@@ -45,14 +46,6 @@ from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-impor
 DEFAULT_FINETUNE = os.path.join(_ROOT, 'experiments', 'configs',
                                 'finetune.py')
 NUM_INPUTS = 256
-
-
-def _load_config(spec: str):
-  path, _, arg = spec.partition(':')
-  module_spec = importlib.util.spec_from_file_location('ft_config', path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
 
 
 def layout(rows: dict) -> dict[str, float]:
@@ -90,7 +83,6 @@ def representations(model, params, rows: dict) -> dict[str, float]:
   def encode(params):
     bound = model.bind({'params': params})
     x = bound.embeddings(args[0], args[1], True)
-    from bertjax.models import bert as bert_lib  # pylint: disable=g-import-not-at-top
     return bert_lib.run_layers(cfg, bound.layers, x, args[0], args[2], True,
                                all_layers=False)
 
@@ -214,7 +206,7 @@ def main(argv=None) -> None:
                       help='the fine-tuning config (path.py[:arg]).')
   parser.add_argument('--out', default='', help='also write the table here.')
   args = parser.parse_args(argv)
-  text = diagnose(args.init, _load_config(args.finetune))
+  text = diagnose(args.init, config_lib.load_config_file(args.finetune))
   print(text)
   if args.out:
     with open(args.out, 'w') as f:

@@ -47,7 +47,6 @@ pretraining; with few examples, what pretraining put into the encoder is
 what the classifier can use.
 """
 
-import importlib.util
 import os
 
 from bertjax import config_lib
@@ -63,10 +62,8 @@ _PRESET_ARG = {'bert': 'size=base', 'roberta': 'size=base',
 def _preset(name: str):
   path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                       f'{name}.py')
-  spec = importlib.util.spec_from_file_location(f'_preset_{name}', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(_PRESET_ARG[name])
+  arg = _PRESET_ARG[name]
+  return config_lib.load_config_file(f'{path}:{arg}' if arg else path)
 
 
 # The demo's scale (config_lib.demo_config): size, tokenizer, data, batch,
