@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -124,8 +125,13 @@ def _stable_digest(text: str) -> bytes:
   return hashlib.sha256(text.encode('utf-8')).digest()
 
 
-def _package_paragraphs() -> dict[str, list[str]]:
-  """Package name -> its unique prose paragraphs (sorted), whole stdlib."""
+@functools.cache
+def _package_paragraphs() -> dict[str, tuple[str, ...]]:
+  """Package name -> its unique prose paragraphs (sorted), whole stdlib.
+
+  Cached: parsing the standard library takes seconds, and a comparison or a
+  test session builds the task many times from the same installed sources.
+  """
   root = sysconfig.get_paths()['stdlib']
   owners: dict[str, set[str]] = collections.defaultdict(set)
   for file in corpus_lib.stdlib_files():
@@ -140,7 +146,7 @@ def _package_paragraphs() -> dict[str, list[str]]:
     # Boilerplate shared by two packages carries no signal: drop it.
     if len(names) == 1:
       packages[next(iter(names))].append(paragraph)
-  return {name: sorted(texts) for name, texts in packages.items()}
+  return {name: tuple(sorted(texts)) for name, texts in packages.items()}
 
 
 def embedded_task(examples_per_class: int = 0, seed: int = 0) -> Task:

@@ -19,7 +19,12 @@ Then each pretrained encoder is fine-tuned on the downstream task
 (``--dev_fraction`` of them, drawn from the seed), and so is the control:
 ``scratch``, the same fine-tuning from random weights of each architecture
 under the same seeds (arms that share an architecture and tokenizer share
-it). Each arm's learning rate is the grid's best mean dev score; its
+it). Fine-tuning from random weights is the noisiest run here and the
+cheapest (no pretraining): ``--control_repeats=K`` fine-tunes the control
+K times per seed (fine-tuning seeds ``seed + 10000 k``) and pairs each
+arm's seed with the mean of those K, example by example, so the
+difference's interval is not set by the control's spread alone. Each arm's
+learning rate is the grid's best mean dev score; its
 held-out scores are the ones reported. The held-out set is never used to
 choose.
 
@@ -102,6 +107,8 @@ OBJECTIVE_METRICS = ('nsp_accuracy', 'sbo_loss', 'rtd_loss', 'rtd_accuracy',
 # Fields that say where files go, not what is computed: left out of a
 # row's settings key, so a rerun elsewhere still finds its rows.
 _LOCATION_FIELDS = ('data_dir', 'tfds_data_dir', 'init', 'teacher_workdir')
+# The control's repeat k of seed s fine-tunes under seed s + k * stride.
+REPEAT_SEED_STRIDE = 10_000
 
 
 class CompareError(ValueError):
@@ -326,14 +333,30 @@ class Plan:
   finetune: ml_collections.ConfigDict | None
   lrs: list[float]
   baseline: str
+  control_repeats: int = 1
+
+
+def control_seed(seed: int, repeat: int) -> int:
+  """The fine-tuning seed of the control's ``repeat`` (0 = ``seed``)."""
+  return seed + repeat * REPEAT_SEED_STRIDE
 
 
 def make_plan(runs, overrides, budget, seeds=1, seed=0, sweeps=(),
               finetune_spec=DEFAULT_FINETUNE, finetune_overrides=(),
-              finetune_lrs='', dev_fraction=0.2, baseline='') -> Plan:
+              finetune_lrs='', dev_fraction=0.2, baseline='',
+              control_repeats=1) -> Plan:
   """Parses and checks every argument and every arm's config."""
   if seeds < 1:
     raise CompareError(f'--seeds={seeds}: at least 1.')
+  if control_repeats < 1:
+    raise CompareError(f'--control_repeats={control_repeats}: at least 1.')
+  if control_repeats > 1 and not 0 <= seed < seed + seeds <= (
+      REPEAT_SEED_STRIDE):
+    raise CompareError(
+        f'--control_repeats={control_repeats} fine-tunes the control under '
+        f'seeds seed + {REPEAT_SEED_STRIDE} k; with seeds {seed}..'
+        f'{seed + seeds - 1} they would collide: keep the seeds in '
+        f'[0, {REPEAT_SEED_STRIDE}).')
   budgets = parse_budgets(budget)
   arms = make_arms(list(runs), list(sweeps))
   if seeds > 1 and any(a.workdir for a in arms):
@@ -361,7 +384,8 @@ def make_plan(runs, overrides, budget, seeds=1, seed=0, sweeps=(),
   if baseline not in names:
     raise CompareError(f'--baseline={baseline!r} is not an arm; the arms '
                        f'are {names}.')
-  return Plan(arms, budgets, seed_list, overrides, ft, lrs, baseline)
+  return Plan(arms, budgets, seed_list, overrides, ft, lrs, baseline,
+              control_repeats)
 
 
 # ---------------------------------------------------------------------------
@@ -554,7 +578,9 @@ def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
   found = rows.find(key)
   if found is not None:
     return found
-  print(f'== {row["arm"]} seed {row["seed"]}: fine-tuning at lr '
+  print(f'== {row["arm"]} seed {row["seed"]}'
+        + (f' repeat {row["repeat"]}' if row.get('repeat') else '')
+        + ': fine-tuning at lr '
         f'{row["lr"]:g} ({ft_cfg.init_weights} weights) in {workdir}',
         flush=True)
   start = time.time()
@@ -603,19 +629,31 @@ def run_plan(plan: Plan, out: str, rows: Rows) -> None:
         if (arch, seed) in scratch_done:
           continue
         scratch_done.add((arch, seed))
-        for lr in plan.lrs:
-          key = _row_key('scratch', arch, settings_key(
-              _with_lr(ft, lr, 'random')))
-          if rows.find(key) is not None:
-            continue
-          _ensure_trained(arm, cfg, workdir)
-          _finetune(_with_lr(ft, lr, 'random'), workdir,
-                    os.path.join(out, 'finetune', f'{SCRATCH}-{arch}',
-                                 f'seed{seed}', f'lr{lr:g}'),
-                    rows, key,
-                    {'kind': 'finetune', 'arm': SCRATCH, 'budget': '',
-                     'seed': seed, 'lr': lr, 'init_weights': 'random',
-                     'architecture': arch})
+        _control(plan, ft, arm, cfg, workdir, arch, out, rows)
+
+
+def _control(plan: Plan, ft, arm: Arm, cfg, workdir: str, arch: str,
+             out: str, rows: Rows) -> None:
+  """The control's fine-tunes of one architecture at one seed (``ft.seed``):
+  each rate, each repeat; the encoder in ``workdir`` gives the shapes."""
+  seed = ft.seed
+  for repeat in range(plan.control_repeats):
+    rep_ft = ft.copy_and_resolve_references()
+    rep_ft.seed = control_seed(seed, repeat)
+    where = f'seed{seed}' + (f'-repeat{repeat}' if repeat else '')
+    for lr in plan.lrs:
+      key = _row_key('scratch', arch, settings_key(
+          _with_lr(rep_ft, lr, 'random')))
+      if rows.find(key) is not None:
+        continue
+      _ensure_trained(arm, cfg, workdir)
+      _finetune(_with_lr(rep_ft, lr, 'random'), workdir,
+                os.path.join(out, 'finetune', f'{SCRATCH}-{arch}', where,
+                             f'lr{lr:g}'),
+                rows, key,
+                {'kind': 'finetune', 'arm': SCRATCH, 'budget': '',
+                 'seed': seed, 'repeat': repeat, 'lr': lr,
+                 'init_weights': 'random', 'architecture': arch})
 
 
 def _with_lr(ft_cfg, lr: float, init_weights: str):
@@ -691,17 +729,36 @@ def _dev_score(row: dict) -> float:
   return scores[row['headline']]
 
 
-def downstream_groups(rows: list[dict]) -> list[Group]:
+def downstream_groups(rows: list[dict], control_repeats: int = 1
+                      ) -> list[Group]:
   """Fine-tuning rows grouped per (arm, budget, architecture), each with
   its rate chosen by the best mean dev headline over the seeds that every
-  rate has (the held-out set is never read to choose)."""
+  rate has (the held-out set is never read to choose). A control seed
+  counts once all its ``control_repeats`` are in, as their mean
+  (``merge_repeats``)."""
   groups: dict = {}
+  repeats: dict = {}
   for row in rows:
     if row['kind'] != 'finetune':
       continue
     key = (row['arm'], row['budget'], row['architecture'])
     group = groups.setdefault(key, Group(*key, by_lr={}))
-    group.by_lr.setdefault(row['lr'], {})[row['seed']] = row
+    repeat = row.get('repeat', 0)
+    if repeat == 0:
+      group.by_lr.setdefault(row['lr'], {})[row['seed']] = row
+    if row['arm'] == SCRATCH and control_repeats > 1 and (
+        repeat < control_repeats):
+      repeats.setdefault((key, row['lr'], row['seed']), {})[repeat] = row
+  if control_repeats > 1:
+    for (key, lr, seed), found in repeats.items():
+      by_seed = groups[key].by_lr.setdefault(lr, {})
+      if len(found) == control_repeats:
+        by_seed[seed] = merge_repeats([found[k] for k in sorted(found)])
+      else:   # Not all in yet: the seed waits.
+        by_seed.pop(seed, None)
+    for group in groups.values():
+      group.by_lr = {lr: s for lr, s in group.by_lr.items() if s}
+    groups = {k: g for k, g in groups.items() if g.by_lr}
   for group in groups.values():
     common = set.intersection(*(set(s) for s in group.by_lr.values()))
     group.chosen_lr = max(
@@ -711,7 +768,27 @@ def downstream_groups(rows: list[dict]) -> list[Group]:
   return list(groups.values())
 
 
+def merge_repeats(rows: list[dict]) -> dict:
+  """One row for a control seed's repeats: every metric their mean, and
+  per held-out example the fraction of them that were right
+  (``eval_correct``), which the crossed interval takes as that seed's
+  score on the example."""
+  merged = dict(rows[0], repeats=len(rows))
+  for field in ('metrics', 'dev_metrics'):
+    if all(field in r for r in rows):
+      merged[field] = {m: float(np.mean([r[field][m] for r in rows]))
+                       for m in rows[0][field]}
+  if all('eval_predictions' in r for r in rows):
+    merged['eval_correct'] = np.mean([_correct(r) for r in rows], axis=0)
+  merged['wall_seconds'] = sum(r.get('wall_seconds') or 0 for r in rows)
+  return merged
+
+
 def _correct(row: dict) -> np.ndarray:
+  """[examples] 1.0 where the row's held-out prediction is right (a merged
+  control row: the fraction of its repeats that were)."""
+  if 'eval_correct' in row:
+    return np.asarray(row['eval_correct'], np.float64)
   return (np.asarray(row['eval_predictions'])
           == np.asarray(row['eval_labels'])).astype(np.float64)
 
@@ -801,7 +878,7 @@ def report(plan: Plan, rows: list[dict], command: str,
         cells.append(_mean_pm([r['final'].get(metric)
                                for r in by_seed.values()]) if same else '-')
       lines.append('| ' + ' | '.join(cells) + ' |')
-  groups = downstream_groups(rows)
+  groups = downstream_groups(rows, plan.control_repeats)
   if groups:
     lines += _downstream_section(plan, groups, arms, budgets)
   return '\n'.join(lines) + '\n'
@@ -821,6 +898,11 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
            'examples, drawn from the seed); held-out scores at that rate. '
            f'`{SCRATCH}` is the same fine-tuning from random weights of the '
            f'architecture; Δ are paired by seed.'
+           + (f' Each control seed is the mean of {plan.control_repeats} '
+              'fine-tunes (seeds s + '
+              f'{REPEAT_SEED_STRIDE} k), example by example; its `seeds` '
+              'cell says seeds × fine-tunes.'
+              if plan.control_repeats > 1 else '')
            + (' A row of one seed has an interval over the held-out examples '
               'only: it says nothing of the seed-to-seed spread.'
               if any(len(g.chosen()) < 2 for g in groups) else ''), '']
@@ -834,7 +916,10 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
   def row_cells(name, budget, group, control, baseline):
     chosen = group.chosen()
     own = headline_interval(chosen)
-    cells = [name, budget or '-', str(len(chosen)), f'{group.chosen_lr:g}',
+    seeds = str(len(chosen)) + (f' × {plan.control_repeats}'
+                                if group.arm == SCRATCH
+                                and plan.control_repeats > 1 else '')
+    cells = [name, budget or '-', seeds, f'{group.chosen_lr:g}',
              _mean_pm([_dev_score(r) for r in chosen.values()]),
              _iv(own) if own else '-']
     for ref in (control, baseline):
@@ -948,7 +1033,7 @@ def plots(plan: Plan, rows: list[dict], out: str) -> list[str]:
       ax.set_xlabel('training step')
       ax.legend(fontsize=7)
     save(fig, 'objectives.png')
-  groups = downstream_groups(rows)
+  groups = downstream_groups(rows, plan.control_repeats)
   if groups:
     paths += _downstream_plots(plan, groups, pre, out, plt, save, seeds_note)
   return paths
@@ -1035,14 +1120,14 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
             sweeps: tuple[str, ...] = (), finetune_lrs: str = '',
             dev_fraction: float = 0.2, baseline: str = '',
             results: str = '', command: str = '',
-            report_only: bool = False) -> str:
+            report_only: bool = False, control_repeats: int = 1) -> str:
   """Runs what has no row yet (nothing with ``report_only``), then writes
   the report and plots to ``results`` (default ``out``); returns the
   markdown report."""
   start = time.time()
   plan = make_plan(runs, overrides, budget, seeds, seed, sweeps,
                    finetune_spec, finetune_overrides, finetune_lrs,
-                   dev_fraction, baseline)
+                   dev_fraction, baseline, control_repeats)
   results = results or out
   os.makedirs(out, exist_ok=True)
   os.makedirs(results, exist_ok=True)
@@ -1096,6 +1181,9 @@ def main(argv=None) -> None:
   parser.add_argument('--dev_fraction', type=float, default=0.2,
                       help='with a grid: the training examples held out to '
                       'choose the rate (default 0.2).')
+  parser.add_argument('--control_repeats', type=int, default=1,
+                      help='fine-tunes of the control per seed, averaged '
+                      '(default 1).')
   parser.add_argument('--report_only', action='store_true',
                       help='write the report and plots from the rows so far; '
                       'run nothing.')
@@ -1108,7 +1196,8 @@ def main(argv=None) -> None:
     print(compare(args.run, args.overrides, args.budget, args.out,
                   args.seed, args.finetune, args.finetune_set, args.seeds,
                   args.sweep, args.finetune_lrs, args.dev_fraction,
-                  args.baseline, args.results, command, args.report_only))
+                  args.baseline, args.results, command, args.report_only,
+                  args.control_repeats))
   except CompareError as e:
     parser.error(str(e))
 

@@ -152,6 +152,33 @@ def test_paired_differences_use_the_seeds_both_arms_have():
   assert iv.estimate == pytest.approx(0.3) and iv.low == iv.high
 
 
+def test_control_repeats_are_averaged_per_example_once_all_are_in():
+  rows = []
+  for seed in (0, 1, 2):
+    for repeat in ((0, 1) if seed < 2 else (0,)):   # Seed 2: one missing.
+      row = _ft_row('scratch', seed, 1.0, 0.2 + 0.2 * repeat,
+                    [repeat == 1, True, False, False], budget='')
+      row['repeat'] = repeat
+      rows.append(row)
+  rows.append(_ft_row('a', 0, 1.0, 0.5, [True] * 4))
+  single = {g.arm: g for g in compare.downstream_groups(rows)}
+  assert sorted(single['scratch'].chosen()) == [0, 1, 2]  # Repeat 0 only.
+  groups = {g.arm: g for g in compare.downstream_groups(rows, 2)}
+  merged = groups['scratch'].chosen()
+  assert sorted(merged) == [0, 1] and sorted(groups['a'].chosen()) == [0]
+  np.testing.assert_array_equal(compare._correct(merged[0]),
+                                [0.5, 1.0, 0.0, 0.0])
+  assert merged[0]['metrics']['accuracy'] == pytest.approx(0.375)
+  assert merged[0]['dev_metrics']['accuracy'] == pytest.approx(0.3)
+  assert merged[0]['repeats'] == 2
+  iv = compare.headline_interval(groups['a'].chosen(), merged)
+  assert iv.estimate == pytest.approx(1 - 0.375)
+  with pytest.raises(compare.CompareError, match='collide'):
+    compare.make_plan([_run('a', 'bert.py')], [], 'steps:2', seeds=2,
+                      seed=compare.REPEAT_SEED_STRIDE - 1, control_repeats=2)
+  assert compare.control_seed(3, 2) == 3 + 2 * compare.REPEAT_SEED_STRIDE
+
+
 def _pre_row(arm, seed, budget, steps, loss, architecture='x'):
   return {'kind': 'pretrain', 'key': f'{arm}{seed}{budget}', 'arm': arm,
           'budget': budget, 'seed': seed, 'objective': 'bert',
@@ -242,21 +269,25 @@ def test_seeded_comparison_with_control_and_resume(tmp_path):
   out, results = str(tmp_path / 'out'), str(tmp_path / 'results')
   data = [f'data.data_dir="{tmp_path / "data"}"']
   kwargs = dict(seed=3, seeds=2, finetune_overrides=TINY_FINETUNE,
-                finetune_lrs='3e-3', results=results,
+                finetune_lrs='3e-3', results=results, control_repeats=2,
                 command='python experiments/compare.py (t)')
   runs = [_run('bert', 'bert.py:size=base')]
   markdown = compare.compare(runs, TINY + data, 'steps:3', out, **kwargs)
   rows = compare.Rows(os.path.join(results, compare.ROWS)).rows
   pre = [r for r in rows if r['kind'] == 'pretrain']
   ft = [r for r in rows if r['kind'] == 'finetune']
-  # 2 seeds pretrained and fine-tuned; the control under the same seeds.
-  # (Sweeps, baselines, grids and several architectures: the unit tests.)
-  assert len(pre) == 2 and len(ft) == 2 + 2
-  assert sorted(r['seed'] for r in ft if r['arm'] == 'scratch') == [3, 4]
+  # 2 seeds pretrained and fine-tuned; the control under the same seeds,
+  # twice each. (Sweeps, baselines, grids and several architectures: the
+  # unit tests.)
+  assert len(pre) == 2 and len(ft) == 2 + 2 * 2
+  assert sorted((r['seed'], r['repeat']) for r in ft
+                if r['arm'] == 'scratch') == [(3, 0), (3, 1), (4, 0), (4, 1)]
+  assert len({r['key'] for r in ft}) == 6
   assert len({r['architecture'] for r in ft}) == 1
   assert all(len(r['eval_predictions']) == len(r['eval_labels']) > 100
              for r in ft)
   assert 'Seeds: 3, 4 (N = 2' in markdown
+  assert '| scratch | - | 2 × 2 |' in markdown
   (row,) = [l.split(' | ') for l in markdown.split('\n')
             if l.startswith('| bert | steps3 | 2 |')]
   assert '[' in row[5] and '[' in row[6]   # Its score, and Δ vs scratch.
