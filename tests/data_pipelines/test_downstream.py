@@ -2,6 +2,7 @@
 
 import collections
 import csv
+import functools
 import json
 import math
 
@@ -213,6 +214,10 @@ def test_embedded_examples_per_class(task):
 
 
 def test_embedded_task_on_a_stripped_python(monkeypatch):
+  # The stdlib parse is cached per process: give this test a fresh cache,
+  # so it sees the stripped install and later tests never see its result.
+  monkeypatch.setattr(downstream, '_package_paragraphs', functools.cache(
+      downstream._package_paragraphs.__wrapped__))
   monkeypatch.setattr(corpus_lib, 'stdlib_files', lambda: [])
   with pytest.raises(TaskError, match='found 0 standard-library packages.*'
                      'needs 2'):
