@@ -1,0 +1,151 @@
+"""The embedded task: which standard-library package does this docstring
+paragraph come from?
+
+Built from the text bertjax pretrains on by default (``corpus.py``'s
+embedded corpus), so it runs with no download.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import inspect
+import os
+import re
+import sysconfig
+
+import numpy as np
+
+from data_pipelines import corpus as corpus_lib
+from data_pipelines.downstream import base
+from data_pipelines.downstream import tasks
+
+EMBEDDED_NAME = 'embedded'
+# The packages with the most paragraphs become the classes; a package needs
+# enough paragraphs that its eval share (~20%) is not a handful.
+_EMBEDDED_CLASSES = 8
+_EMBEDDED_MIN_PARAGRAPHS = 40
+_EVAL_PERCENT = 20
+# The corpus's own readers, so the embedded task sees exactly the pretraining
+# text.
+_read_text = corpus_lib._read_text  # pylint: disable=protected-access
+_is_prose = corpus_lib._is_prose  # pylint: disable=protected-access
+
+
+def _prose_paragraphs(docstring: str) -> list[str]:
+  """The docstring's prose paragraphs (as corpus.py keeps them), one line each.
+
+  Paragraphs are split at blank lines after ``inspect.cleandoc``; code,
+  doctests and tables are dropped by ``corpus._is_prose``; the paragraph's
+  lines are joined with spaces and cleaned.
+  """
+  paragraphs = re.split(r'\n\s*\n', inspect.cleandoc(docstring))
+  return [corpus_lib.clean_text(' '.join(p.strip('\n').splitlines()))
+          for p in paragraphs if _is_prose(p)]
+
+
+def _stable_digest(text: str) -> bytes:
+  # hashlib, not hash(): Python salts str hashes per process.
+  return hashlib.sha256(text.encode('utf-8')).digest()
+
+
+@functools.cache
+def _package_paragraphs() -> dict[str, tuple[str, ...]]:
+  """Package name -> its unique prose paragraphs (sorted), whole stdlib.
+
+  Cached: parsing the standard library takes seconds, and a comparison or a
+  test session builds the task many times from the same installed sources.
+  """
+  root = sysconfig.get_paths()['stdlib']
+  owners: dict[str, set[str]] = collections.defaultdict(set)
+  for file in corpus_lib.stdlib_files():
+    parts = os.path.relpath(file, root).split(os.sep)
+    if len(parts) < 2:  # A single-file module, not a package.
+      continue
+    for docstring in corpus_lib.module_docstrings(_read_text(file)):
+      for paragraph in _prose_paragraphs(docstring):
+        owners[paragraph].add(parts[0])
+  packages: dict[str, list[str]] = collections.defaultdict(list)
+  for paragraph, names in owners.items():
+    # Boilerplate shared by two packages carries no signal: drop it.
+    if len(names) == 1:
+      packages[next(iter(names))].append(paragraph)
+  return {name: tuple(sorted(texts)) for name, texts in packages.items()}
+
+
+def _class_packages(packages: dict[str, tuple[str, ...]]) -> list[str]:
+  """The classes: the largest packages with enough paragraphs, by name."""
+  ranked = sorted(packages.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+  names = sorted(name for name, texts in ranked[:_EMBEDDED_CLASSES]
+                 if len(texts) >= _EMBEDDED_MIN_PARAGRAPHS)
+  if len(names) < 2:
+    raise base.TaskError(
+        f'the embedded task found {len(names)} standard-library packages with '
+        f'at least {_EMBEDDED_MIN_PARAGRAPHS} docstring paragraphs under '
+        f'{sysconfig.get_paths()["stdlib"]}; it needs 2. This Python install '
+        'looks stripped of its sources; use task files (load_files) or a TFDS '
+        'task (load_tfds) instead.')
+  return names
+
+
+def _split_by_hash(packages: dict[str, tuple[str, ...]], names: list[str]
+                   ) -> tuple[list[dict], list[dict]]:
+  """Train and eval examples of the classes ``names``, in hash order; a
+  paragraph is eval when its hash falls in the first ``_EVAL_PERCENT``."""
+  keyed = sorted((_stable_digest(text), text, label)
+                 for label, name in enumerate(names) for text in packages[name])
+  train, eval_ = [], []
+  for digest, text, label in keyed:
+    split = eval_ if int.from_bytes(digest[:8], 'big') % 100 < _EVAL_PERCENT \
+        else train
+    split.append({'text': text, 'text_pair': None, 'label': label})
+  return train, eval_
+
+
+def _first_per_class(train: list[dict], examples_per_class: int, seed: int
+                     ) -> list[dict]:
+  """The first ``examples_per_class`` of each class in an order drawn from
+  ``seed``; kept in their original order."""
+  order = np.random.default_rng(seed).permutation(len(train))
+  kept, counts = [], collections.Counter()
+  for i in order:
+    label = train[i]['label']
+    if counts[label] < examples_per_class:
+      counts[label] += 1
+      kept.append(int(i))
+  return [train[i] for i in sorted(kept)]
+
+
+def embedded_task(examples_per_class: int = 0, seed: int = 0) -> tasks.Task:
+  """Which standard-library package does a docstring paragraph come from?
+
+  Examples are prose paragraphs of the module, class and function docstrings
+  of CPython's own standard library (the text ``corpus.embedded_documents``
+  pretrains on), labelled with their top-level package (``email/mime/text.py``
+  -> 'email'). The classes are the ``_EMBEDDED_CLASSES`` packages with the
+  most paragraphs (at least ``_EMBEDDED_MIN_PARAGRAPHS`` each), sorted by
+  name. A paragraph found in two packages is dropped. Train and eval are
+  split by a hash of the text (about 80/20), so the split is the same on
+  every machine with the same Python and never depends on file order;
+  examples are in hash order (classes interleaved).
+
+  Args:
+    examples_per_class: 0 keeps every training example; N keeps the first N
+      of each class in an order drawn from ``seed`` (a low-resource variant).
+      Evaluation is never subsampled.
+    seed: picks the kept training examples.
+
+  Raises:
+    TaskError: fewer than two packages qualify (a stripped Python install).
+  """
+  if examples_per_class < 0:
+    raise base.TaskError(f'examples_per_class={examples_per_class} must be '
+                         '>= 0 (0 = all).')
+  packages = _package_paragraphs()
+  names = _class_packages(packages)
+  train, eval_ = _split_by_hash(packages, names)
+  if examples_per_class:
+    train = _first_per_class(train, examples_per_class, seed)
+  return tasks.Task(EMBEDDED_NAME, 'classification', tuple(names),
+                    ('accuracy', 'f1'), train, eval_)

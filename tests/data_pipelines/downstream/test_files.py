@@ -1,0 +1,159 @@
+"""Tests for data_pipelines.downstream.files: tasks from task files."""
+
+import csv
+import json
+
+import pytest
+
+from data_pipelines import downstream
+from data_pipelines.downstream import TaskError
+
+
+def _jsonl(path, records):
+  path.write_text(''.join(json.dumps(r) + '\n' for r in records))
+  return str(path)
+
+
+def _csv(path, header, rows):
+  with open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(header)
+    writer.writerows(rows)
+  return str(path)
+
+
+def test_load_jsonl_classification_with_string_labels(tmp_path):
+  train = _jsonl(tmp_path / 'train.jsonl', [
+      {'s': 'good film', 'p': 'yes', 'y': 'pos'},
+      {'s': 'bad film', 'p': 'no', 'y': 'neg'},
+      {'s': 'fine', 'p': '', 'y': 'pos'}])
+  dev = _jsonl(tmp_path / 'dev.jsonl', [{'s': 'meh', 'p': 'x', 'y': 'neg'}])
+  task = downstream.load_files('classification', train, dev, text_field='s',
+                               pair_field='p', label_field='y')
+  assert task.label_names == ('neg', 'pos') and task.num_labels == 2
+  assert task.metrics == ('accuracy', 'f1')
+  assert task.train == [
+      {'text': 'good film', 'text_pair': 'yes', 'label': 1},
+      {'text': 'bad film', 'text_pair': 'no', 'label': 0},
+      {'text': 'fine', 'text_pair': '', 'label': 1}]
+  assert task.eval == [{'text': 'meh', 'text_pair': 'x', 'label': 0}]
+  # Explicit names fix the ids.
+  task = downstream.load_files('classification', train, dev, text_field='s',
+                               label_field='y', label_names=('pos', 'neg'))
+  assert [e['label'] for e in task.train] == [0, 1, 0]
+  assert task.train[0]['text_pair'] is None
+
+
+def test_load_csv_classification_and_regression(tmp_path):
+  train = _csv(tmp_path / 'train.csv', ['text', 'label', 'score'],
+               [['a, quoted "x"', '2', '0.5'], ['b', '0', '4'],
+                ['c', '10', '-1e-1']])
+  dev = _csv(tmp_path / 'dev.csv', ['text', 'label', 'score'],
+             [['d', '10', '3.5']])
+  task = downstream.load_files('classification', train, dev)
+  # Integer labels keep their values as ids (not '10' < '2' string order).
+  assert [e['label'] for e in task.train] == [2, 0, 10]
+  assert task.label_names == tuple(str(i) for i in range(11))
+  assert task.train[0]['text'] == 'a, quoted "x"'
+  task = downstream.load_files('regression', train, dev, label_field='score')
+  assert task.label_names == () and task.num_labels == 1
+  assert [e['label'] for e in task.train] == [0.5, 4.0, -0.1]
+  assert task.eval[0]['label'] == 3.5
+  assert task.metrics == ('pearson', 'spearman')
+
+
+def test_load_token_files(tmp_path):
+  train = _jsonl(tmp_path / 'train.jsonl', [
+      {'words': ['John', 'lives', 'in', 'Paris'],
+       'labels': ['B-PER', 'O', 'O', 'B-LOC']},
+      {'words': ['New', 'York'], 'labels': ['B-LOC', 'I-LOC']}])
+  dev = _csv(tmp_path / 'dev.csv', ['words', 'labels'],
+             [['Mary sleeps', '["B-PER", "O"]']])
+  task = downstream.load_files('token', train, dev)
+  assert task.label_names == ('B-LOC', 'B-PER', 'I-LOC', 'O')
+  assert task.metrics == ('entity_f1', 'accuracy')
+  assert task.train[0] == {'words': ['John', 'lives', 'in', 'Paris'],
+                           'labels': [1, 3, 3, 0]}
+  assert task.eval == [{'words': ['Mary', 'sleeps'], 'labels': [1, 3]}]
+
+
+def test_load_span_files(tmp_path):
+  context = 'The socket closes after the timeout.'
+  train = _jsonl(tmp_path / 'train.jsonl', [
+      {'id': 'a', 'question': 'What closes?', 'context': context,
+       'answers': [{'text': 'socket', 'answer_start': 4}]},
+      {'question': 'When?', 'context': context,   # HF layout, no id.
+       'answers': {'text': ['after the timeout'], 'answer_start': [18]}}])
+  dev = _jsonl(tmp_path / 'dev.jsonl', [
+      {'id': 'c', 'question': 'What?', 'context': context,
+       'answers': [{'text': 'timeout', 'start': 28}]}])
+  task = downstream.load_files('span', train, dev)
+  assert task.metrics == ('exact_match', 'span_f1') and task.label_names == ()
+  assert task.train[0]['answers'] == [{'text': 'socket', 'start': 4}]
+  assert task.train[1]['id'] == f'{train}:2'
+  assert task.train[1]['answers'] == [{'text': 'after the timeout',
+                                       'start': 18}]
+  bad = _jsonl(tmp_path / 'bad.jsonl', [
+      {'id': 'c', 'question': 'What?', 'context': context,
+       'answers': [{'text': 'timeout', 'start': 3}]}])
+  with pytest.raises(TaskError, match="'timeout' is not at character 3"):
+    downstream.load_files('span', train, bad)
+
+
+@pytest.mark.parametrize('kind, train, dev, kwargs, message', [
+    ('classification', [{'text': 'a', 'label': 0}, {'text': 'b', 'label': 1}],
+     None, {}, r'does not exist'),
+    ('classification', [{'text': 'a', 'label': 0}, {'txt': 'b', 'label': 1}],
+     [{'text': 'c', 'label': 0}], {},
+     r"train\.jsonl:2: no field 'text' .*Set text_field"),
+    ('classification', [{'text': 'a', 'label': 'x'}],
+     [{'text': 'c', 'label': 'y'}], {},
+     r"dev\.jsonl:1: label 'y' never occurs in the training file"),
+    ('classification', [{'text': 'a', 'label': 0}],
+     [{'text': 'c', 'label': 1}], {}, r'label 1 never occurs'),
+    ('classification', [{'text': 'a', 'label': 'x'}, {'text': 'b',
+                                                      'label': 'x'}],
+     [{'text': 'c', 'label': 'x'}], {}, r"label 'x'; classification needs at "
+     'least two classes'),
+    ('classification', [{'text': 'a', 'label': 'x'}],
+     [{'text': 'c', 'label': 'x'}], {'label_names': ('p', 'q')},
+     r"label 'x' is not one of the labels \('p', 'q'\)"),
+    ('token', [{'words': ['a', 'b'], 'labels': ['O']}],
+     [{'words': ['a'], 'labels': ['O']}], {},
+     r'train\.jsonl:1: 2 words but 1 labels'),
+    ('regression', [{'text': 'a', 'label': 'high'}],
+     [{'text': 'c', 'label': 1}], {}, r"regression label 'high'"),
+    ('span', [{'question': 'q', 'context': 'c', 'answers': [], 'id': 'a'}],
+     [{'question': 'q', 'context': 'c',
+       'answers': [{'text': 'c', 'start': 0}]}], {}, r'non-empty list'),
+])
+def test_load_files_errors(tmp_path, kind, train, dev, kwargs, message):
+  train_path = _jsonl(tmp_path / 'train.jsonl', train)
+  dev_path = (str(tmp_path / 'missing.jsonl') if dev is None else
+              _jsonl(tmp_path / 'dev.jsonl', dev))
+  with pytest.raises(TaskError, match=message):
+    downstream.load_files(kind, train_path, dev_path, **kwargs)
+
+
+def test_load_files_format_errors(tmp_path):
+  good = _jsonl(tmp_path / 'good.jsonl', [{'text': 'a', 'label': 0}])
+  empty = tmp_path / 'empty.jsonl'
+  empty.write_text('\n\n')
+  with pytest.raises(TaskError, match='empty.jsonl.* holds no examples'):
+    downstream.load_files('classification', good, str(empty))
+  header_only = _csv(tmp_path / 'h.csv', ['text', 'label'], [])
+  with pytest.raises(TaskError, match='holds no examples'):
+    downstream.load_files('classification', header_only, good)
+  tsv = tmp_path / 'x.tsv'
+  tsv.write_text('a\t0\n')
+  with pytest.raises(TaskError, match="unknown format '.tsv'"):
+    downstream.load_files('classification', str(tsv), good)
+  not_json = tmp_path / 'n.jsonl'
+  not_json.write_text('{"text": "a", "label": 0}\n{oops\n')
+  with pytest.raises(TaskError, match=r'n\.jsonl:2: not JSON'):
+    downstream.load_files('classification', str(not_json), good)
+  short_row = _csv(tmp_path / 's.csv', ['text', 'label'], [['a', '0'], ['b']])
+  with pytest.raises(TaskError, match=r"s\.csv:3: no field 'label'"):
+    downstream.load_files('classification', short_row, good)
+  with pytest.raises(TaskError, match='kind'):
+    downstream.load_files('ranking', good, good)
