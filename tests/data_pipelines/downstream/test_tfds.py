@@ -1,4 +1,5 @@
-"""Tests for data_pipelines.downstream.tfds: TFDS tasks (no network: the reads are faked)."""
+"""Tests for data_pipelines.downstream.tfds: TFDS tasks (no network: the reads
+are faked)."""
 
 import numpy as np
 import pytest
