@@ -37,6 +37,8 @@ setuptools.setup(
         'protobuf>=4.21,<8',
         # Pearson/Spearman of the downstream tasks (data_pipelines/downstream).
         'scipy>=1.11,<2',
+        # Accuracy, F1 and Matthews correlation of the downstream tasks.
+        'scikit-learn>=1.4,<2',
         'tqdm>=4.66,<5',
     ],
     extras_require={

@@ -1,7 +1,14 @@
 """The metrics of downstream tasks (``METRICS``) and ``evaluate``.
 
 Each metric takes (predictions, labels, label_names) and returns a Python
-float (not a percentage).
+float (not a percentage); where it is undefined (no scored example, a
+constant input) it returns 0, not NaN, so model selection and logs stay
+numeric.
+
+Accuracy, F1 and Matthews correlation are scikit-learn's, Pearson and
+Spearman SciPy's. SQuAD's exact match and answer F1 (evaluate-v1.1.py) and
+conlleval's entity F1 are written here: none of our dependencies computes
+them.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ import string
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
+from scipy import stats
+from sklearn import metrics as sklearn_metrics
 
 from data_pipelines.downstream import base
 
@@ -40,7 +49,9 @@ def accuracy(predictions, labels, label_names=()) -> float:
   is also token accuracy for token tasks' [N, L] arrays."""
   del label_names
   predictions, labels = _scored(predictions, labels)
-  return float(np.mean(predictions == labels)) if labels.size else 0.0
+  if not labels.size:
+    return 0.0
+  return float(sklearn_metrics.accuracy_score(labels, predictions))
 
 
 def f1(predictions, labels, label_names=()) -> float:
@@ -48,41 +59,33 @@ def f1(predictions, labels, label_names=()) -> float:
   macro-F1 over the classes that occur in labels or predictions.
 
   The class count is ``len(label_names)``, or the largest id + 1 without.
+  A class with no true and no predicted example scores 0, not NaN.
   """
   predictions, labels = _scored(predictions, labels)
   if not labels.size:
     return 0.0
   num_classes = len(label_names) or int(max(predictions.max(),
                                             labels.max())) + 1
-
-  def class_f1(c):
-    tp = np.sum((predictions == c) & (labels == c))
-    fp = np.sum((predictions == c) & (labels != c))
-    fn = np.sum((predictions != c) & (labels == c))
-    return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0
-
   if num_classes == 2:
-    return float(class_f1(1))
-  classes = np.union1d(predictions, labels)
-  return float(np.mean([class_f1(c) for c in classes]))
+    # Class 1's own F1 (labels=[1]) rather than average='binary', which
+    # rejects a predicted id outside the two classes.
+    return float(sklearn_metrics.f1_score(labels, predictions, labels=[1],
+                                          average=None, zero_division=0.0)[0])
+  # sklearn's default classes are those in labels or predictions.
+  return float(sklearn_metrics.f1_score(labels, predictions, average='macro',
+                                        zero_division=0.0))
 
 
 def matthews(predictions, labels, label_names=()) -> float:
-  """Matthews correlation, multiclass (Gorodkin's R_K, as sklearn): 0 when
+  """Matthews correlation, multiclass (Gorodkin's R_K, sklearn's): 0 when
   undefined (a constant prediction or label)."""
   del label_names
   predictions, labels = _scored(predictions, labels)
-  if not labels.size:
+  # One class in all (or none): undefined. sklearn gives 0 too, but warns
+  # about its confusion matrix's shape.
+  if np.union1d(labels, predictions).size < 2:
     return 0.0
-  k = int(max(predictions.max(), labels.max())) + 1
-  confusion = np.bincount(labels * k + predictions, minlength=k * k).reshape(
-      k, k).astype(np.float64)  # [true, predicted]
-  true, predicted = confusion.sum(1), confusion.sum(0)
-  correct, total = np.trace(confusion), confusion.sum()
-  numerator = correct * total - true @ predicted
-  denominator = math.sqrt((total ** 2 - predicted @ predicted) *
-                          (total ** 2 - true @ true))
-  return float(numerator / denominator) if denominator else 0.0
+  return float(sklearn_metrics.matthews_corrcoef(labels, predictions))
 
 
 def _correlation(kind: str, predictions, labels) -> float:
@@ -93,7 +96,6 @@ def _correlation(kind: str, predictions, labels) -> float:
   # selection and logs stay numeric.
   if labels.size < 2 or np.ptp(predictions) == 0 or np.ptp(labels) == 0:
     return 0.0
-  from scipy import stats  # pylint: disable=g-import-not-at-top
   fn = stats.pearsonr if kind == 'pearson' else stats.spearmanr
   value = float(fn(predictions, labels)[0])
   return value if math.isfinite(value) else 0.0

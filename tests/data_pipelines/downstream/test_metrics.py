@@ -1,4 +1,5 @@
-"""Tests for data_pipelines.downstream.metrics: the metrics, against hand-computed values, and evaluate."""
+"""Tests for data_pipelines.downstream.metrics: the metrics, against
+hand-computed values, and evaluate."""
 
 import math
 
@@ -43,6 +44,25 @@ def test_f1_macro_over_classes():
   assert downstream.f1(p, y, ('a', 'b', 'c')) == pytest.approx(expected)
 
 
+def test_f1_classes_absent_from_labels_or_predictions():
+  # Binary, class 1 never predicted: tp 0, fn 2 -> 0, not NaN.
+  assert downstream.f1([0, 0, 0], [1, 1, 0], ('no', 'yes')) == 0.0
+  # A predicted id outside the two names is not class 1: tp 1, fn 1 -> 2/3.
+  assert downstream.f1([1, 2, 0], [1, 1, 0], ('no', 'yes')) == \
+      pytest.approx(2 / 3)
+  # No names: ids 0 and 1 make two classes, so class 1's F1 (tp 1, fn 1),
+  # not the macro mean (2/3 + 0) / 2.
+  assert downstream.f1([1, 0], [1, 1]) == pytest.approx(2 / 3)
+  # Macro: class 2 only predicted (tp 0, fp 1) counts as 0; class 0: tp 1
+  # -> 1; class 1: tp 1, fn 1 -> 2/3.
+  assert downstream.f1([0, 1, 2], [0, 1, 1], ('a', 'b', 'c')) == \
+      pytest.approx((1 + 2 / 3 + 0) / 3)
+  # Macro over the classes present only: 'c' occurs in neither. Class 0:
+  # tp 1, fn 1 -> 2/3; class 1: tp 1, fp 1 -> 2/3.
+  assert downstream.f1([0, 1, 1], [0, 1, 0], ('a', 'b', 'c')) == \
+      pytest.approx(2 / 3)
+
+
 def test_matthews_binary_and_multiclass_by_hand():
   # tp 3, tn 3, fp 1, fn 1: (9 - 1) / sqrt(4 * 4 * 4 * 4) = 0.5.
   y = [1, 1, 1, 0, 0, 0, 0, 1]
@@ -71,6 +91,28 @@ def test_pearson_and_spearman_with_ties():
   # Constant predictions: 0, not NaN.
   assert downstream.pearson([2.0, 2.0, 2.0], [1.0, 2.0, 3.0]) == 0.0
   assert downstream.spearman([2.0, 2.0, 2.0], [1.0, 2.0, 3.0]) == 0.0
+
+
+def test_pearson_by_hand():
+  # Deviations from the means: (-1, 0, 1) and (-13/6, -1/6, 14/6).
+  # Sxy = 27/6 = 4.5, Sxx = 2, Syy = (169 + 1 + 196) / 36.
+  assert downstream.pearson([1.0, 2.0, 3.0], [2.0, 4.0, 6.5]) == \
+      pytest.approx(4.5 / math.sqrt(2 * 366 / 36), abs=1e-12)
+
+
+def test_metrics_are_zero_where_undefined():
+  for name in ('accuracy', 'f1', 'matthews', 'pearson', 'spearman'):
+    metric = downstream.METRICS[name]
+    assert metric([], []) == 0.0  # No examples.
+  for name in ('accuracy', 'f1', 'matthews'):
+    assert downstream.METRICS[name]([1, 0], [-1, -1]) == 0.0  # None scored.
+  # One class in labels and predictions alike.
+  assert downstream.matthews([2, 2, 2], [2, 2, 2]) == 0.0
+  assert downstream.matthews([0, 1, 1], [1, 1, 1]) == 0.0  # Constant labels.
+  # Fewer than two points; a non-finite prediction.
+  assert downstream.pearson([1.0], [2.0]) == 0.0
+  assert downstream.spearman([1.0], [2.0]) == 0.0
+  assert downstream.pearson([1.0, math.nan, 3.0], [1.0, 2.0, 3.0]) == 0.0
 
 
 def test_squad_exact_match_and_f1():
