@@ -38,7 +38,7 @@ setuptools.setup(
         # Pearson/Spearman of the downstream tasks (data_pipelines/downstream).
         'scipy>=1.11,<2',
         # Accuracy, F1 and Matthews correlation of the downstream tasks.
-        'scikit-learn>=1.4,<2',
+        'scikit-learn>=1.9,<2',
         'tqdm>=4.66,<5',
     ],
     extras_require={

@@ -50,7 +50,9 @@ from bertjax import checkpoint as checkpoint_lib
 from bertjax import config_lib
 from bertjax import hf_convert
 from bertjax import metric_writers
+from bertjax import objectives
 from bertjax import optim
+from bertjax import runs
 from bertjax import sharding
 from bertjax import train as train_lib
 from bertjax.models import heads
@@ -217,17 +219,11 @@ class Pretrained:
 
 
 def _encoder_params(params: dict, cfg, model_cfg) -> dict:
-  """A run's parameters (any objective) as a BERT encoder's."""
-  objective = cfg.objective.name
-  if objective == 'distillation':
-    params = params['student']
-  if objective == 'electra':   # The discriminator, over the shared tables.
-    encoder = params['discriminator_encoder']
-    embeddings = dict(params['embeddings'])
-    if 'projection' in encoder:
-      embeddings['projection'] = encoder['projection']
-    return {'embeddings': embeddings,
-            **{k: v for k, v in encoder.items() if k.startswith('layer_')}}
+  """A run's parameters (any objective) as a BERT encoder's: the part its
+  objective fine-tunes (a distilled student, ELECTRA's discriminator over
+  the shared tables), layers unstacked, heads other than the pooler left
+  out."""
+  params = objectives.get(cfg.objective.name).encoder_params(params)
   params = hf_convert._unscanned(params, model_cfg.num_layers)  # pylint: disable=protected-access
   keep = ('embeddings', 'pooler')
   return {k: v for k, v in params.items()
@@ -237,7 +233,7 @@ def _encoder_params(params: dict, cfg, model_cfg) -> dict:
 def load_pretrained(workdir: str, step: int = 0) -> Pretrained:
   """The encoder of ``workdir``'s checkpoint at ``step`` (0: the latest)."""
   try:
-    run = checkpoint_lib.load_run(workdir, step or None)
+    run = runs.load_run(workdir, step or None)
     model_cfg = hf_convert._model_config(run.config, run.vocab_size)  # pylint: disable=protected-access
   except (ValueError, hf_convert.ConversionError) as e:
     raise FinetuneError(f'init={workdir!r}: {e}') from e

@@ -18,22 +18,17 @@ d -> E, tied decoder E -> V) costs 2 (d E + E V) forward; the head sees the
 masked fraction p of the tokens. BERT-base at s = 128 comes to 0.545
 GFLOP/token, BERT-large at s = 512 to 1.99 (tested).
 
-Per objective (``objective.name``):
-
-- ``bert``: the encoder, the factorized-embedding projection (E -> d) if
-  any, the MLM head on p = min(rate, P / s), and SpanBERT's SBO head
-  (3d -> d, d -> E, decoder) on the same predictions when it is on;
-- ``electra``: the generator (its own L, d, f) with its MLM head on the
-  ELECTRA masked fraction, plus the discriminator and its per-token head
-  (d -> d, d -> 1), both trained;
-- ``distillation``: the student trained (MLM head on p), plus the teacher's
-  forward pass (encoder and MLM head), which has no backward.
+Each objective composes these into its own FLOPs per token, in its module
+(bertjax/objectives/): BERT's encoder with the factorized-embedding
+projection (E -> d) if any, the MLM head on p = min(rate, P / s) and
+SpanBERT's SBO head (3d -> d, d -> E, decoder) when it is on; ELECTRA's
+generator and discriminator; distillation's student trained plus its
+teacher's forward pass.
 """
 
 from __future__ import annotations
 
 from bertjax.models import bert as bert_lib
-from bertjax.models import electra as electra_lib
 
 # Dense bf16 peak FLOP/s per chip, by substrings of jax's ``device_kind``
 # (the vendors' dense bf16 figures, no sparsity); first match wins.
@@ -71,46 +66,16 @@ def sbo_head_forward(cfg: bert_lib.BertConfig) -> float:
   return 2 * (3 * d * d + d * e + e * cfg.vocab_size)
 
 
-def masked_fraction(cfg) -> float:
-  """Fraction of tokens the MLM head predicts: the rate, capped by P / s."""
-  return min(cfg.masking.rate,
-             cfg.masking.max_predictions_per_seq / cfg.data.max_seq_length)
+def masked_fraction(masking, max_seq_length: int) -> float:
+  """Fraction of tokens the MLM head predicts: the ``masking`` section's
+  rate, capped by P / s."""
+  return min(masking.rate, masking.max_predictions_per_seq / max_seq_length)
 
 
-def training_flops_per_token(cfg, model: bert_lib.BertConfig,
-                             teacher: bert_lib.BertConfig | None = None,
-                             generator: bert_lib.BertConfig | None = None
-                             ) -> float:
-  """Training FLOPs per (real) token of ``cfg``'s objective.
-
-  Args:
-    cfg: the experiment config.
-    model: the trained network's config (``config_lib.model_config``; for
-      ELECTRA the discriminator, for distillation the student).
-    teacher: the teacher's config, for ``distillation``.
-    generator: ELECTRA's generator config (models/electra.py).
-  """
-  s = cfg.data.max_seq_length
-  name = cfg.objective.name
-  if name == 'electra':
-    if generator is None:
-      raise ValueError('ELECTRA FLOPs need the generator\'s config.')
-    p = electra_lib.num_slots(cfg.electra.mask_prob, s) / s
-    d = model.hidden_size
-    discriminator_head = 2 * (d * d + d)
-    return 3 * (encoder_forward(generator, s)
-                + p * mlm_head_forward(generator)
-                + encoder_forward(model, s) + discriminator_head)
-  p = masked_fraction(cfg)
-  train = encoder_forward(model, s) + p * mlm_head_forward(model)
-  if name == 'bert' and cfg.objective.sbo_weight:
-    train += p * sbo_head_forward(model)
-  if name == 'distillation':
-    if teacher is None:
-      raise ValueError('distillation FLOPs need the teacher\'s config.')
-    return 3 * train + encoder_forward(teacher, s) + p * mlm_head_forward(
-        teacher)
-  return 3 * train
+def mlm_forward(model: bert_lib.BertConfig, s: int, p: float) -> float:
+  """Forward FLOPs per token of the encoder and its MLM head predicting a
+  fraction ``p`` of the tokens."""
+  return encoder_forward(model, s) + p * mlm_head_forward(model)
 
 
 def peak_flops(device_kind: str) -> float | None:

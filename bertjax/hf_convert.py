@@ -29,9 +29,20 @@ import json
 import os
 from typing import Iterator
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from safetensors import numpy as st_numpy
 
+from bertjax import checkpoint
 from bertjax import config_lib
+from bertjax import hf_tokenizer
+from bertjax import objectives
+from bertjax import runs
+from bertjax import sharding
+from bertjax.objectives import distillation
+from bertjax.objectives import electra as electra_objective
+from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
 FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert')
@@ -69,20 +80,9 @@ class ConversionError(ValueError):
 
 
 def family_of(cfg) -> str:
-  """The transformers family of a bertjax run's ``cfg`` (table above)."""
-  if cfg.objective.name == 'electra':
-    return 'electra'
-  if cfg.objective.name == 'distillation':
-    return 'distilbert'
-  if cfg.model.num_layer_groups or cfg.model.embedding_size:
-    return 'albert'
-  # RoBERTa: no NSP, packed full sentences and fairseq's exact GELU. Other
-  # runs without NSP (SpanBERT's single segments, tanh GELU) are BERTs, as
-  # their papers released them.
-  if (cfg.objective.nsp_weight == 0 and cfg.data.layout == 'full_sentences'
-      and cfg.model.gelu == 'exact'):
-    return 'roberta'
-  return 'bert'
+  """The transformers family of a bertjax run's ``cfg`` (table above), as
+  its objective declares it (bertjax/objectives/)."""
+  return objectives.get(cfg.objective.name).export_family(cfg)
 
 
 def check_family(cfg, family: str) -> None:
@@ -271,7 +271,6 @@ def _unscanned(params: dict, num_layers: int) -> dict:
   if 'layers' not in params:
     return params
   stacked = params['layers']['scan']['layer']
-  import jax  # pylint: disable=g-import-not-at-top
   out = {k: v for k, v in params.items() if k != 'layers'}
   for i in range(num_layers):
     out[f'layer_{i}'] = jax.tree.map(lambda x, i=i: np.asarray(x)[i], stacked)
@@ -306,8 +305,7 @@ def _dims(cfg, model_cfg) -> dict:
           'num_groups': model_cfg.num_layer_groups or model_cfg.num_layers,
           'factorized': model_cfg.factorized,
           'pad_token_id': tokenizer_lib.PAD_ID}
-  if cfg.objective.name == 'electra':
-    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
+  if cfg.objective.name == electra_objective.NAME:
     _, generator = electra_objective.model_configs(cfg, model_cfg.vocab_size)
     dims.update(generator_layers=generator.num_layers,
                 generator_factorized=generator.factorized)
@@ -319,7 +317,7 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
   """``params`` (a run's, nested arrays) as the tensors of ``family``'s
   transformers class, float32, the vocabulary trimmed to ``vocab_size``."""
   model_cfg = _model_config(cfg, vocab_size)
-  if cfg.objective.name == 'distillation':
+  if family == 'distilbert':   # The student, beside its teacher.
     params = params['student']
   params = _unscanned(params, model_cfg.num_layers)
   state = {}
@@ -334,25 +332,15 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
 
 
 def _model_config(cfg, vocab_size: int):
-  """The run's encoder config (the student's for distillation)."""
+  """The run's encoder config, as its objective declares it (a distilled
+  student's, ELECTRA's discriminator)."""
   padded = tokenizer_lib.padded_vocab_size(vocab_size)
-  if cfg.objective.name == 'distillation':
-    # The student has its teacher's architecture (an imported student, with
-    # no teacher, carries it in cfg.model).
-    from bertjax import distill  # pylint: disable=g-import-not-at-top
-    if not cfg.distillation.teacher_workdir:
-      return distill.student_config(cfg, config_lib.model_config(cfg, padded))
-    try:
-      teacher = distill.read_teacher(cfg).model
-    except distill.TeacherError as e:
-      raise ConversionError(
-          'a DistilBERT student has its teacher\'s architecture, read from '
-          f'the teacher\'s run: {e}') from e
-    return distill.student_config(cfg, teacher)
-  model_cfg = config_lib.model_config(cfg, padded)
-  if cfg.objective.name == 'electra':
-    model_cfg = dataclasses.replace(model_cfg, gelu_approximate=False)
-  return model_cfg
+  try:
+    return objectives.get(cfg.objective.name).encoder_config(cfg, padded)
+  except distillation.TeacherError as e:
+    raise ConversionError(
+        'a DistilBERT student has its teacher\'s architecture, read from '
+        f'the teacher\'s run: {e}') from e
 
 
 def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
@@ -360,7 +348,6 @@ def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
   """``config.json`` of the transformers class for ``cfg``'s model."""
   m = model_cfg or _model_config(cfg, vocab_size)
   if family == 'electra' and part == 'generator':
-    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
     _, m_gen = electra_objective.model_configs(
         cfg, tokenizer_lib.padded_vocab_size(vocab_size))
     generator = m_gen
@@ -471,7 +458,6 @@ def params_from_state_dict(state: dict[str, np.ndarray], family: str,
 def read_state_dict(directory: str) -> dict[str, np.ndarray]:
   """The tensors of a transformers directory: ``model.safetensors`` (read
   with numpy), or ``pytorch_model.bin`` (needs torch)."""
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   path = os.path.join(directory, 'model.safetensors')
   if os.path.isfile(path):
     return dict(st_numpy.load_file(path))
@@ -493,7 +479,6 @@ def read_state_dict(directory: str) -> dict[str, np.ndarray]:
 def write_model(directory: str, state: dict[str, np.ndarray], config: dict
                 ) -> list[str]:
   """``model.safetensors`` and ``config.json`` in ``directory``."""
-  from safetensors import numpy as st_numpy  # pylint: disable=g-import-not-at-top
   os.makedirs(directory, exist_ok=True)
   st_numpy.save_file(state, os.path.join(directory, 'model.safetensors'),
                      metadata={'format': 'pt'})
@@ -505,7 +490,7 @@ def write_model(directory: str, state: dict[str, np.ndarray], config: dict
 def left_out(cfg, family: str) -> list[str]:
   """What ``cfg``'s model has that ``family``'s class lacks."""
   out = []
-  if cfg.objective.name == 'bert' and cfg.objective.sbo_weight:
+  if cfg.objective.name == objectives.bert.NAME and cfg.objective.sbo_weight:
     out.append(_LEFT_OUT['sbo'])
   if family == 'roberta':
     out.append(_LEFT_OUT['nsp'])
@@ -523,12 +508,10 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   and ``generator/`` in it), with the run's tokenizer. Returns the
   directories written. ``out_dir`` must not exist yet: an export never
   overwrites anything; it is written beside and renamed into place."""
-  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
-  from bertjax import hf_tokenizer  # pylint: disable=g-import-not-at-top
   if os.path.exists(out_dir):
     raise ConversionError(f'{out_dir!r} exists; export into a new directory '
                           '(an export never overwrites).')
-  run = checkpoint.load_run(workdir, step)
+  run = runs.load_run(workdir, step)
   cfg = run.config
   family = family or family_of(cfg)
   check_family(cfg, family)
@@ -652,23 +635,40 @@ def import_model(directory: str, generator_directory: str | None = None
   """
   hf = _read_config(directory)
   family, part = _family_and_part(hf)
+  if family == 'electra' and (part != 'discriminator'
+                              or not generator_directory):
+    raise ConversionError(
+        'ELECTRA is two checkpoints: give the ElectraForPreTraining '
+        '(discriminator) directory and, as the generator directory, the '
+        'ElectraForMaskedLM one.')
   state = read_state_dict(directory)
-  cfg = config_lib.base_config()
   vocab_size = hf['vocab_size']
   padded = tokenizer_lib.padded_vocab_size(vocab_size)
+  generator_hf = (_read_config(generator_directory) if family == 'electra'
+                  else None)
+  cfg = _config_from_hf(hf, family, generator_hf)
+  if family != 'distilbert':   # A student's run also names its teacher.
+    config_lib.validate(cfg)
+  model_cfg = _model_config(cfg, vocab_size)
+  dims = _dims(cfg, model_cfg)
+  if family == 'roberta':
+    dims['pad_token_id'] = hf.get('pad_token_id', 1)
+  params = params_from_state_dict(state, family, dims, model_cfg.num_heads,
+                                  padded, part)
+  if family == 'electra':
+    params = _with_generator(params, cfg, generator_hf, generator_directory,
+                             dims, padded)
   if family == 'distilbert':
-    m = cfg.model
-    m.hidden_size, m.num_layers = hf['dim'], hf['n_layers']
-    m.num_heads, m.intermediate_size = hf['n_heads'], hf['hidden_dim']
-    m.max_position_embeddings = hf['max_position_embeddings']
-    m.hidden_dropout_rate = hf.get('dropout', 0.1)
-    m.attention_dropout_rate = hf.get('attention_dropout', 0.1)
-    m.gelu = _gelu(hf, 'activation')
-    if hf.get('sinusoidal_pos_embds'):
-      raise ConversionError('sinusoidal_pos_embds=True: bertjax learns its '
-                            'position embeddings.')
-    cfg.objective.name = 'distillation'
-    cfg.distillation.student_layers = hf['n_layers']
+    params = {'student': params}
+  return Imported(family, cfg, params, vocab_size)
+
+
+def _config_from_hf(hf: dict, family: str, generator_hf: dict | None):
+  """A bertjax config for the transformers ``config.json`` ``hf`` of
+  ``family`` (ELECTRA's generator's in ``generator_hf``)."""
+  cfg = config_lib.base_config()
+  if family == 'distilbert':
+    _distilbert_fields(cfg, hf)
   else:
     _encoder_fields(cfg, hf)
   if family == 'roberta':
@@ -686,62 +686,69 @@ def import_model(directory: str, generator_directory: str | None = None
       raise ConversionError('an ALBERT checkpoint with embedding_size == '
                             'hidden_size: bertjax has no projection then.')
   if family == 'electra':
-    if part != 'discriminator' or not generator_directory:
-      raise ConversionError(
-          'ELECTRA is two checkpoints: give the ElectraForPreTraining '
-          '(discriminator) directory and, as the generator directory, the '
-          'ElectraForMaskedLM one.')
-    cfg.objective.name = 'electra'
+    cfg.objective.name = electra_objective.NAME
     cfg.model.gelu = 'exact'
     if hf['embedding_size'] != hf['hidden_size']:
       cfg.model.embedding_size = hf['embedding_size']
-    gen = _read_config(generator_directory)
-    cfg.electra.generator_hidden_fraction = (gen['hidden_size']
+    cfg.electra.generator_hidden_fraction = (generator_hf['hidden_size']
                                              / hf['hidden_size'])
-    cfg.electra.generator_layers_fraction = (gen['num_hidden_layers']
-                                             / hf['num_hidden_layers'])
+    cfg.electra.generator_layers_fraction = (
+        generator_hf['num_hidden_layers'] / hf['num_hidden_layers'])
   cfg.data.max_seq_length = min(cfg.data.max_seq_length,
                                 cfg.model.max_position_embeddings)
-  if family != 'distilbert':   # A student's run also names its teacher.
-    config_lib.validate(cfg)
-  model_cfg = _model_config(cfg, vocab_size)
-  dims = _dims(cfg, model_cfg)
-  if family == 'roberta':
-    dims['pad_token_id'] = hf.get('pad_token_id', 1)
-  params = params_from_state_dict(state, family, dims, model_cfg.num_heads,
-                                  padded, part)
-  if family == 'electra':
-    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
-    _, generator = electra_objective.model_configs(cfg, padded)
-    if (generator.hidden_size, generator.num_layers, generator.num_heads,
-        generator.intermediate_size) != (
-            gen['hidden_size'], gen['num_hidden_layers'],
-            gen['num_attention_heads'], gen['intermediate_size']):
-      raise ConversionError(
-          f'the generator is {gen["num_hidden_layers"]} x '
-          f'{gen["hidden_size"]} with {gen["num_attention_heads"]} heads and '
-          f'FFN {gen["intermediate_size"]}; bertjax builds ELECTRA\'s '
-          f'generator as {generator.num_layers} x {generator.hidden_size}, '
-          f'{generator.num_heads} heads (width // 64), FFN 4 x width.')
-    generator_params = params_from_state_dict(
-        read_state_dict(generator_directory), family, dims,
-        generator.num_heads, padded, 'generator')
-    for name, value in generator_params.items():
-      if name == 'embeddings':
-        for a, b in zip(jax_leaves(value), jax_leaves(params[name])):
-          if not np.array_equal(a, b):
-            raise ConversionError('the generator\'s embeddings differ from '
-                                  'the discriminator\'s; bertjax shares one '
-                                  'table.')
-      else:
-        params[name] = value
-  if family == 'distilbert':
-    params = {'student': params}
-  return Imported(family, cfg, params, vocab_size)
+  return cfg
+
+
+def _distilbert_fields(cfg, hf: dict) -> None:
+  """A DistilBERT student's architecture, as an imported distillation run
+  carries it (in ``model``; it has no teacher)."""
+  m = cfg.model
+  m.hidden_size, m.num_layers = hf['dim'], hf['n_layers']
+  m.num_heads, m.intermediate_size = hf['n_heads'], hf['hidden_dim']
+  m.max_position_embeddings = hf['max_position_embeddings']
+  m.hidden_dropout_rate = hf.get('dropout', 0.1)
+  m.attention_dropout_rate = hf.get('attention_dropout', 0.1)
+  m.gelu = _gelu(hf, 'activation')
+  if hf.get('sinusoidal_pos_embds'):
+    raise ConversionError('sinusoidal_pos_embds=True: bertjax learns its '
+                          'position embeddings.')
+  cfg.objective.name = distillation.NAME
+  cfg.distillation.student_layers = hf['n_layers']
+
+
+def _with_generator(params: dict, cfg, gen: dict, generator_directory: str,
+                    dims: dict, padded: int) -> dict:
+  """ELECTRA's discriminator ``params`` with its generator's, read from
+  ``generator_directory`` (config ``gen``): the generator must be the one
+  bertjax builds from the fractions, and its embeddings the shared ones."""
+  _, generator = electra_objective.model_configs(cfg, padded)
+  if (generator.hidden_size, generator.num_layers, generator.num_heads,
+      generator.intermediate_size) != (
+          gen['hidden_size'], gen['num_hidden_layers'],
+          gen['num_attention_heads'], gen['intermediate_size']):
+    raise ConversionError(
+        f'the generator is {gen["num_hidden_layers"]} x '
+        f'{gen["hidden_size"]} with {gen["num_attention_heads"]} heads and '
+        f'FFN {gen["intermediate_size"]}; bertjax builds ELECTRA\'s '
+        f'generator as {generator.num_layers} x {generator.hidden_size}, '
+        f'{generator.num_heads} heads (width // 64), FFN 4 x width.')
+  generator_params = params_from_state_dict(
+      read_state_dict(generator_directory), 'electra', dims,
+      generator.num_heads, padded, 'generator')
+  params = dict(params)
+  for name, value in generator_params.items():
+    if name != 'embeddings':
+      params[name] = value
+      continue
+    for a, b in zip(jax_leaves(value), jax_leaves(params[name])):
+      if not np.array_equal(a, b):
+        raise ConversionError('the generator\'s embeddings differ from '
+                              'the discriminator\'s; bertjax shares one '
+                              'table.')
+  return params
 
 
 def jax_leaves(tree) -> list:
-  import jax  # pylint: disable=g-import-not-at-top
   return jax.tree.leaves(tree)
 
 
@@ -752,12 +759,6 @@ def write_import(imported: Imported, tokenizer, out_dir: str,
   ``tokenizer.model`` and the parameters as a step-0 checkpoint. Heads the
   checkpoint lacks (RoBERTa's pooler and NSP layer, unused without NSP) are
   initialised from the config's seed. Returns the config's path."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
-  from bertjax import pretraining  # pylint: disable=g-import-not-at-top
-  from bertjax import sharding  # pylint: disable=g-import-not-at-top
-  from data_pipelines import pipeline  # pylint: disable=g-import-not-at-top
   if imported.family == 'distilbert':
     raise ConversionError(
         'DistilBERT trains by distillation from a teacher run '
@@ -775,7 +776,7 @@ def write_import(imported: Imported, tokenizer, out_dir: str,
   cfg.init_from = out_dir
   cfg.data.tokenizer.model_path = os.path.join(out_dir, 'tokenizer.model')
   padded = tokenizer_lib.padded_vocab_size(imported.vocab_size)
-  task = pretraining.make_task(cfg, padded)
+  task = objectives.get(cfg.objective.name).make_task(cfg, padded)
   dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
            in pipeline.batch_spec(cfg, num_rows=1).items()}
   fresh = sharding.strip_boxes(jax.jit(lambda: task.init(

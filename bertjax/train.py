@@ -43,9 +43,9 @@ from bertjax import divergence
 from bertjax import flops
 from bertjax import metric_writers
 from bertjax import objectives
+from bertjax.objectives import losses
 from bertjax import optim
 from bertjax import preemption
-from bertjax import pretraining
 from bertjax import sharding
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import masking as masking_lib
@@ -242,7 +242,7 @@ class Steps(NamedTuple):
   eval_step: Callable[[Any, dict], dict]
 
 
-def make_steps(cfg, task: pretraining.Task, global_spec: dict) -> Steps:
+def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
   """The init, update and eval functions of ``task`` with ``cfg``'s
   optimizer; every key derives from ``cfg.seed``."""
   tx, schedule = optim.make_optimizer(cfg)
@@ -316,7 +316,8 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   token at the same positions.
   """
   # ---- Checks that read no data and write nothing.
-  cfg = pretraining.prepare_config(cfg)   # E.g. a teacher's tokenizer.
+  objective = objectives.get(cfg.objective.name)
+  cfg = objective.prepare_config(cfg)   # E.g. a teacher's tokenizer.
   config_lib.validate(cfg)
   for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
     logging.warning('config: %s', warning)
@@ -374,7 +375,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   global_spec = pipeline.batch_spec(cfg)
 
   # ---- Model and optimizer.
-  task = pretraining.make_task(cfg, vocab_size)
+  task = objective.make_task(cfg, vocab_size)
   steps = make_steps(cfg, task, global_spec)
 
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
@@ -458,7 +459,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
         out = eval_fn(params, to_global(batch))
         sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
       return {f'eval_{k}': v for k, v in
-              objectives.summarize(jax.device_get(sums)).items()}
+              losses.summarize(jax.device_get(sums)).items()}
 
     # ---- Train loop.
     writer = metric_writers.MetricWriter(workdir, num_train_steps, step,
@@ -485,7 +486,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
       step_logged, metrics = entry['step'], jax.device_get(entry['metrics'])
       monitor.check(step_logged, metrics['health'], last_checkpoint())
       now = time.time()
-      summary = objectives.summarize(metrics)
+      summary = losses.summarize(metrics)
       summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
                      learning_rate=metrics['learning_rate'])
       summary.update({k: metrics['health'][k] for k in divergence.LOGGED})

@@ -80,9 +80,8 @@ from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import intervals  # pylint: disable=g-import-not-at-top
 from bertjax import metric_writers  # pylint: disable=g-import-not-at-top
-from bertjax import pretraining  # pylint: disable=g-import-not-at-top
+from bertjax import objectives  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
-from data_pipelines import downstream as downstream_lib  # pylint: disable=g-import-not-at-top
 from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
@@ -213,7 +212,7 @@ def rescale_schedule(cfg, steps: int) -> None:
 def _flops_per_token(cfg) -> float:
   """The task's FLOPs per token, without reading any data."""
   vocab = tokenizer_lib.padded_vocab_size(cfg.data.tokenizer.vocab_size)
-  return pretraining.make_task(cfg, vocab).flops_per_token
+  return objectives.get(cfg.objective.name).make_task(cfg, vocab).flops_per_token
 
 
 def parse_sweeps(sweeps: list[str]) -> list[tuple[str, list]]:

@@ -37,6 +37,7 @@ if _ROOT not in sys.path:   # Run as a script from a checkout.
 from bertjax import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
+from bertjax import runs  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 from bertjax.models import bert as bert_lib  # pylint: disable=g-import-not-at-top
 from bertjax.models import heads  # pylint: disable=g-import-not-at-top
@@ -162,7 +163,7 @@ def diagnose(init: str, cfg) -> str:
   has_pooler = 'pooler' in pretrained.params
   first_batch = {k: v[:cfg.batch_size] for k, v in data.items()}
 
-  run = checkpoint_lib.load_run(init)
+  run = runs.load_run(init)
   _, prepared = train._prepare_data(run.config, None, init)  # pylint: disable=protected-access
   pretraining_rows = pipeline.eval_batches(prepared, run.config)[0]
 

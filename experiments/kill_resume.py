@@ -97,7 +97,7 @@ def kill_at(config: str, workdir: str, overrides: list[str], after_step: int,
 
 def compare(reference: str, workdir: str) -> list[str]:
   """What differs between two finished runs (empty: identical)."""
-  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bertjax import runs  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   problems = []
   with open(os.path.join(reference, METRICS), 'rb') as f:
@@ -107,7 +107,7 @@ def compare(reference: str, workdir: str) -> list[str]:
   if got != expected:
     problems.append(f'{METRICS} differs ({len(got)} bytes against '
                     f'{len(expected)})')
-  a, b = checkpoint.load_run(reference), checkpoint.load_run(workdir)
+  a, b = runs.load_run(reference), runs.load_run(workdir)
   if a.step != b.step:
     problems.append(f'final checkpoints at steps {a.step} and {b.step}')
   leaves_a = jax.tree_util.tree_leaves_with_path(a.params)

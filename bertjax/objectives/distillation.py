@@ -63,14 +63,18 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 
 from bertjax import checkpoint as checkpoint_lib
-from bertjax import config_lib
 from bertjax import flops
-from bertjax import objectives
-from bertjax import pretraining
 from bertjax.models import bert as bert_lib
+from bertjax.models import config as model_config_lib
+from bertjax.objectives import base
+from bertjax.objectives import losses
+from bertjax.objectives import registry
 from data_pipelines import tokenizer as tokenizer_lib
+
+NAME = 'distillation'
 
 # What bertjax.train writes in a workdir (not imported from it: train.py is
 # also run as __main__, and importing it again would define its flags twice).
@@ -83,6 +87,47 @@ _COSINE_EPS = 1e-12
 
 class TeacherError(ValueError):
   """The teacher run cannot teach this run."""
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """The ``distillation`` section; Sanh et al. 2019.
+
+  The teacher is the latest checkpoint of another bertjax run; the student
+  has its width and student_layers layers (0 = half), initialised from
+  every other teacher layer.
+  """
+  t = ml_collections.ConfigDict()
+  t.teacher_workdir = ''
+  t.student_layers = 0
+  t.temperature = 2.0
+  t.kl_weight = 5.0
+  t.mlm_weight = 2.0
+  t.cosine_weight = 1.0
+  return t
+
+
+_WEIGHTS = ('kl_weight', 'mlm_weight', 'cosine_weight')
+
+
+def check(cfg, errors: list[str]) -> None:
+  """Appends what is wrong with the ``distillation`` section to ``errors``
+  (``prepare_config`` reads the teacher's run itself)."""
+  t = cfg.distillation
+  if t.temperature <= 0:
+    errors.append(f'distillation.temperature={t.temperature} must be > 0.')
+  errors.extend(f'distillation.{name}={t[name]} must be >= 0.'
+                for name in _WEIGHTS if t[name] < 0)
+  if not any(t[name] for name in _WEIGHTS):
+    errors.append('distillation.kl_weight, distillation.mlm_weight and '
+                  'distillation.cosine_weight are all 0: the loss is 0; use '
+                  'weights > 0 (DistilBERT uses 5, 2 and 1).')
+  if t.student_layers < 0:
+    errors.append(f'distillation.student_layers={t.student_layers} must be '
+                  '>= 0 (0 = half the teacher\'s).')
+  if not (t.teacher_workdir and os.path.isdir(t.teacher_workdir)):
+    errors.append(f'distillation.teacher_workdir={t.teacher_workdir!r} is '
+                  'not a directory; use the workdir of a finished bertjax '
+                  'run (objective.name=bert), e.g. $WORK/bert-base.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,25 +172,27 @@ def read_teacher(cfg) -> TeacherRun:
                        'checkpoint to restore the teacher from.')
   with open(meta_path) as f:
     meta = json.load(f)
-  teacher_cfg = config_lib.from_saved(meta['config'])
-  if teacher_cfg.objective.name != 'bert':
+  saved = meta['config']
+  teacher_objective = saved.get('objective', {}).get('name', 'bert')
+  if teacher_objective != 'bert':
     raise TeacherError(
         f'distillation.teacher_workdir={workdir!r} holds an '
-        f'objective.name={teacher_cfg.objective.name!r} run; the teacher '
+        f'objective.name={teacher_objective!r} run; the teacher '
         'must be a BERT-family MLM model (objective.name="bert").')
-  if teacher_cfg.model.num_layer_groups:
+  teacher_model = model_config_lib.from_saved(saved.get('model', {}))
+  if teacher_model.num_layer_groups:
     raise TeacherError(
         f'distillation.teacher_workdir={workdir!r} shares layers across '
-        f'depth (model.num_layer_groups={teacher_cfg.model.num_layer_groups}'
+        f'depth (model.num_layer_groups={teacher_model.num_layer_groups}'
         '); the student copies distinct teacher layers, so the teacher '
         'must have none shared.')
   vocab_size = tokenizer_lib.padded_vocab_size(meta['vocab_size'])
   # The compute dtype and attention kernel are this run's; the SBO, pooler
   # and NSP heads are neither run nor restored.
-  teacher_cfg.model.dtype = cfg.model.dtype
-  teacher_cfg.model.attention = cfg.model.attention
+  teacher_model.dtype = cfg.model.dtype
+  teacher_model.attention = cfg.model.attention
   model = dataclasses.replace(
-      config_lib.model_config(teacher_cfg, vocab_size), sbo_positions=0,
+      model_config_lib.encoder_config(teacher_model, vocab_size),
       with_pooler_nsp=False)
   return TeacherRun(workdir, step, model, meta['tokenizer_sha256'],
                     vocab_size)
@@ -254,7 +301,6 @@ def restore_teacher_params(teacher: TeacherRun, abstract_params) -> dict:
   Only the leaves of ``abstract_params`` (unboxed shapes and dtypes) are
   read: not the optimizer state, nor heads distillation does not run.
   """
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   restore_args = jax.tree.map(
       lambda x: ocp.RestoreArgs(restore_type=np.ndarray, dtype=x.dtype),
       abstract_params)
@@ -335,13 +381,13 @@ def distillation_objective(student: dict, teacher: dict, batch: dict,
   weights = batch['masked_weights']
   kl, metrics = soft_target_kl(student['mlm_logits'], teacher['mlm_logits'],
                                weights, temperature)
-  mlm, mlm_metrics = objectives.masked_lm(student['mlm_logits'],
-                                          batch['masked_ids'], weights)
+  mlm, mlm_metrics = losses.masked_lm(student['mlm_logits'],
+                                      batch['masked_ids'], weights)
   cos, cos_metrics = hidden_cosine(student['sequence_output'],
                                    teacher['sequence_output'],
                                    batch['attention_mask'])
-  _, teacher_metrics = objectives.masked_lm(teacher['mlm_logits'],
-                                            batch['masked_ids'], weights)
+  _, teacher_metrics = losses.masked_lm(teacher['mlm_logits'],
+                                        batch['masked_ids'], weights)
   metrics.update(mlm_metrics)
   metrics.update(cos_metrics)
   metrics.update({f'teacher_{k}': v for k, v in teacher_metrics.items()})
@@ -361,7 +407,18 @@ def _box(abstract, values):
       abstract, values, is_leaf=_is_box)
 
 
-def distillation_task(cfg, vocab_size: int) -> pretraining.Task:
+def flops_per_token(cfg, student: bert_lib.BertConfig,
+                    teacher: bert_lib.BertConfig) -> float:
+  """Training FLOPs per real token: the student trained (MLM head on the
+  masked fraction), plus the teacher's forward pass (encoder and MLM head),
+  which has no backward."""
+  s = cfg.data.max_seq_length
+  p = flops.masked_fraction(cfg.masking, s)
+  return 3 * flops.mlm_forward(student, s, p) + flops.mlm_forward(
+      teacher, s, p)
+
+
+def make_task(cfg, vocab_size: int) -> base.Task:
   """The student and its frozen teacher: ``params = {'student': ...,
   'teacher': ...}``; ``vocab_size`` is this run's (padded).
 
@@ -372,7 +429,7 @@ def distillation_task(cfg, vocab_size: int) -> pretraining.Task:
       set to the teacher's; when the teacher cannot serve this run's
       sequence length.
   """
-  d = cfg.distillation   # Its values are checked by config_lib.validate.
+  d = cfg.distillation   # Its values are checked by ``check``.
   teacher = read_teacher(cfg)
   model_path = cfg.data.tokenizer.model_path
   if not model_path:
@@ -417,7 +474,7 @@ def distillation_task(cfg, vocab_size: int) -> pretraining.Task:
                 teacher_params, layers))}
 
   def loss(params, batch, key, deterministic):
-    inputs = pretraining.model_inputs(batch)
+    inputs = base.model_inputs(batch)
     teacher_out = teacher_model.apply(
         {'params': jax.lax.stop_gradient(params['teacher'])}, *inputs,
         deterministic=True)
@@ -437,7 +494,27 @@ def distillation_task(cfg, vocab_size: int) -> pretraining.Task:
     return {'student': flags(params['student'], True),
             'teacher': flags(params['teacher'], False)}
 
-  return pretraining.Task(
-      init, loss, trainable,
-      flops_per_token=flops.training_flops_per_token(cfg, student_cfg,
-                                                     teacher.model))
+  return base.Task(init, loss, trainable,
+                   flops_per_token=flops_per_token(cfg, student_cfg,
+                                                   teacher.model))
+
+
+def encoder_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
+  """The student: its teacher's architecture with ``student_layers``
+  layers, read from the teacher's run (an imported student, with no
+  teacher, carries it in the ``model`` section); ``vocab_size`` is padded.
+
+  Raises:
+    TeacherError: as ``read_teacher``.
+  """
+  if not cfg.distillation.teacher_workdir:
+    return student_config(cfg, model_config_lib.encoder_config(
+        cfg.model, vocab_size))
+  return student_config(cfg, read_teacher(cfg).model)
+
+
+OBJECTIVE = registry.register(base.Objective(
+    name=NAME, make_task=make_task, encoder_config=encoder_config,
+    export_family=lambda cfg: 'distilbert', section='distillation',
+    defaults=defaults, check=check, prepare_config=prepare_config,
+    encoder_params=lambda params: params['student']))

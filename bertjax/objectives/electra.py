@@ -40,20 +40,99 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 
-from bertjax import config_lib
 from bertjax import flops
-from bertjax import objectives
-from bertjax import pretraining
+from bertjax.models import bert as bert_lib
+from bertjax.models import config as model_config_lib
 from bertjax.models import electra as electra_lib
+from bertjax.objectives import base
+from bertjax.objectives import losses
+from bertjax.objectives import registry
 from data_pipelines.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
+
+NAME = 'electra'
 
 # Tokens never chosen for masking, as electra's _get_candidates_mask.
 NEVER_MASKED = (PAD_ID, CLS_ID, SEP_ID, MASK_ID)
 
 
 num_slots = electra_lib.num_slots
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """The ``electra`` section; Clark et al. 2020 and google-research/electra.
+
+  The generator has the discriminator's depth times layers_fraction and its
+  width times hidden_fraction, and shares its token and position
+  embeddings; masking and sampling happen inside the step.
+  """
+  e = ml_collections.ConfigDict()
+  e.generator_hidden_fraction = 0.25
+  e.generator_layers_fraction = 1.0
+  e.mask_prob = 0.15          # N = int((mask_prob + 0.005) * L).
+  e.mask_token_prob = 0.85    # [MASK]; the rest kept, none random.
+  e.temperature = 1.0         # Gumbel-max sampling temperature.
+  e.generator_weight = 1.0
+  e.discriminator_weight = 50.0
+  return e
+
+
+_FRACTIONS = ('generator_hidden_fraction', 'generator_layers_fraction')
+
+
+def check(cfg, errors: list[str]) -> None:
+  """Appends what is wrong with the ``electra`` section (and the model it
+  makes a generator of) to ``errors``."""
+  e, seq_len = cfg.electra, cfg.data.max_seq_length
+  _check(0 < e.mask_prob < 1,
+         f'electra.mask_prob={e.mask_prob} must be in (0, 1).', errors)
+  _check(num_slots(e.mask_prob, seq_len) >= 1,
+         f'electra.mask_prob={e.mask_prob} with data.max_seq_length='
+         f'{seq_len} gives no prediction slots '
+         '(int((mask_prob + 0.005) * L) = 0); use a mask_prob that gives '
+         'one (ELECTRA uses 0.15).', errors)
+  _check(0 <= e.mask_token_prob <= 1,
+         f'electra.mask_token_prob={e.mask_token_prob} must be in [0, 1].',
+         errors)
+  _check(e.temperature > 0,
+         f'electra.temperature={e.temperature} must be > 0.', errors)
+  for name in ('generator_weight', 'discriminator_weight'):
+    _check(e[name] >= 0, f'electra.{name}={e[name]} must be >= 0.', errors)
+  _check(bool(e.generator_weight or e.discriminator_weight),
+         f'electra.generator_weight={e.generator_weight} and '
+         f'electra.discriminator_weight={e.discriminator_weight}: the loss '
+         'is 0; use weights > 0 (ELECTRA uses 1 and 50).', errors)
+  for name in _FRACTIONS:
+    _check(0 < e[name] <= 1, f'electra.{name}={e[name]} must be in (0, 1]'
+           ': the generator is at most as wide and deep as the '
+           'discriminator.', errors)
+  _check_generator(cfg.model, e, errors)
+
+
+def _check_generator(m, e, errors: list[str]) -> None:
+  """The generator the fractions make of the model: a layer, a unit, a
+  width its heads divide (checked only where the model's own fields are)."""
+  dims = ('hidden_size', 'num_layers', 'num_heads', 'intermediate_size')
+  if not (m.size in bert_lib.SIZES and min(m[name] for name in dims) >= 0
+          and all(0 < e[name] <= 1 for name in _FRACTIONS)):
+    return
+  layers, hidden, heads = bert_lib.SIZES[m.size]
+  discriminator = bert_lib.BertConfig(
+      vocab_size=1, hidden_size=m.hidden_size or hidden,
+      num_layers=m.num_layers or layers, num_heads=m.num_heads or heads)
+  try:
+    electra_lib.generator_config(discriminator, e.generator_hidden_fraction,
+                                 e.generator_layers_fraction)
+  except ValueError as error:
+    errors.append(f'{error} Use fractions whose generator has a layer '
+                  'and a width that its heads (width // 64) divide.')
+
+
+def _check(condition: bool, message: str, errors: list[str]) -> None:
+  if not condition:
+    errors.append(message)
 
 
 def scatter_where(ids, positions, values, where):
@@ -159,10 +238,10 @@ def electra_objective(generator_logits, masked_ids, masked_weights,
                       rtd_logits, replaced, attention_mask,
                       generator_weight: float, discriminator_weight: float):
   """``generator_weight x MLM + discriminator_weight x RTD`` and the metric
-  sums of both (shapes as ``objectives.masked_lm`` and
+  sums of both (shapes as ``losses.masked_lm`` and
   ``replaced_token_detection``)."""
-  mlm_loss, metrics = objectives.masked_lm(generator_logits, masked_ids,
-                                           masked_weights)
+  mlm_loss, metrics = losses.masked_lm(generator_logits, masked_ids,
+                                       masked_weights)
   rtd_loss, rtd_metrics = replaced_token_detection(rtd_logits, replaced,
                                                    attention_mask)
   metrics.update(rtd_metrics)
@@ -172,18 +251,36 @@ def electra_objective(generator_logits, masked_ids, masked_weights,
 def model_configs(cfg, vocab_size: int):
   """(discriminator, generator) ``BertConfig``s of ``cfg``."""
   e = cfg.electra
-  # electra's modeling.py gelu is the exact erf form, not BERT's tanh one.
-  discriminator = dataclasses.replace(
-      config_lib.model_config(cfg, vocab_size), gelu_approximate=False,
-      sbo_positions=0)
+  discriminator = encoder_config(cfg, vocab_size)
   return discriminator, electra_lib.generator_config(
       discriminator, e.generator_hidden_fraction,
       e.generator_layers_fraction)
 
 
-def electra_task(cfg, vocab_size: int) -> pretraining.Task:
+def encoder_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
+  """The discriminator: the ``model`` section's encoder with electra's
+  modeling.py GELU (the exact erf form, not BERT's tanh one)."""
+  return dataclasses.replace(
+      model_config_lib.encoder_config(cfg.model, vocab_size),
+      gelu_approximate=False)
+
+
+def flops_per_token(cfg, discriminator: bert_lib.BertConfig,
+                    generator: bert_lib.BertConfig) -> float:
+  """Training FLOPs per real token: the generator with its MLM head on
+  ELECTRA's masked fraction, and the discriminator with its per-token head
+  (d -> d, d -> 1), both trained."""
+  s = cfg.data.max_seq_length
+  p = num_slots(cfg.electra.mask_prob, s) / s
+  d = discriminator.hidden_size
+  discriminator_head = 2 * (d * d + d)
+  return 3 * (flops.mlm_forward(generator, s, p)
+              + flops.encoder_forward(discriminator, s) + discriminator_head)
+
+
+def make_task(cfg, vocab_size: int) -> base.Task:
   """Generator + discriminator trained together; ``vocab_size`` is padded."""
-  e = cfg.electra   # Its values are checked by config_lib.validate.
+  e = cfg.electra   # Its values are checked by ``check``.
   discriminator, generator = model_configs(cfg, vocab_size)
   model = electra_lib.Electra(discriminator, generator)
 
@@ -223,7 +320,23 @@ def electra_task(cfg, vocab_size: int) -> pretraining.Task:
     metrics['generator_sample_count'] = jnp.sum(weights)
     return total, metrics
 
-  return pretraining.Task(
-      init, loss,
-      flops_per_token=flops.training_flops_per_token(
-          cfg, discriminator, generator=generator))
+  return base.Task(init, loss, flops_per_token=flops_per_token(
+      cfg, discriminator, generator))
+
+
+def discriminator_params(params: dict) -> dict:
+  """The discriminator's encoder in a run's parameters, laid out as a BERT
+  encoder's (``embeddings``, ``layer_{g}``): its layers over the tables it
+  shares with the generator."""
+  encoder = params['discriminator_encoder']
+  embeddings = dict(params['embeddings'])
+  if 'projection' in encoder:
+    embeddings['projection'] = encoder['projection']
+  return {'embeddings': embeddings,
+          **{k: v for k, v in encoder.items() if k.startswith('layer_')}}
+
+
+OBJECTIVE = registry.register(base.Objective(
+    name=NAME, make_task=make_task, encoder_config=encoder_config,
+    export_family=lambda cfg: 'electra', section='electra',
+    defaults=defaults, check=check, encoder_params=discriminator_params))

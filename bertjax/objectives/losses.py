@@ -1,4 +1,5 @@
-"""Pretraining objectives as pure functions of model outputs and a batch.
+"""The losses objectives share, as pure functions of model outputs and a
+batch (MLM, NSP/SOP, SBO, and their weighted sum for the BERT family).
 
 Each returns ``(loss, metrics)`` where metrics are sums and counts, so they
 can be added across batches and hosts before dividing. Formulas follow

@@ -52,9 +52,10 @@ import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import flops  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bertjax import pretraining  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax import objectives  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import sharding  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax.models import config as model_config_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from experiments.benchmarks import profile_summary  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data_pipelines import pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -115,7 +116,7 @@ class Bertjax:
   def __init__(self, args, feed: bool = False):
     cfg = bertjax_config(args)
     vocab = tokenizer_lib.padded_vocab_size(VOCAB_SIZE)
-    task = pretraining.make_task(cfg, vocab)
+    task = objectives.get(cfg.objective.name).make_task(cfg, vocab)
     self.flops_per_token = task.flops_per_token
     spec = pipeline.batch_spec(cfg)
     steps = train.make_steps(cfg, task, spec)
@@ -334,7 +335,7 @@ def measure(args) -> dict:
       'predictions': args.predictions, 'dtype': args.dtype,
       'remat': args.remat, 'scan_layers': args.scan_layers,
       'dropout': args.dropout, 'step_rng': args.step_rng,
-      'attention': config_lib.attention_impl(bertjax_config(args)),
+      'attention': model_config_lib.attention_impl(bertjax_config(args).model),
       'steps_per_round': args.steps,
       'rounds': args.rounds,
       'device': ours.device.device_kind, 'devices': n,

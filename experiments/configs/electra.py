@@ -35,14 +35,14 @@ Departures:
   rate and slots are set to ELECTRA's so its telemetry and the
   most-frequent-token baseline describe comparable positions).
 - masked positions are drawn without replacement (electra's draw may repeat
-  a position); see bertjax/electra.py.
+  a position); see bertjax/objectives/electra.py.
 - vocabulary: a 30522-piece SentencePiece model trained on the corpus
   (electra uses BERT's uncased WordPiece vocabulary of 30522), padded to a
   multiple of 128.
 """
 
 from bertjax import config_lib
-from bertjax import electra as electra_lib
+from bertjax.models import electra as electra_lib
 
 # Table 6: (layers, hidden, heads, FFN, E, generator width fraction, batch,
 # peak lr, steps, seq length). The base generator's 1/3 is the repo's

@@ -3,6 +3,8 @@
 import pytest
 
 from bertjax import config_lib
+from bertjax import objectives
+from bertjax.models import config as model_config_lib
 import preset_helpers
 
 _load = preset_helpers.load_module
@@ -84,7 +86,7 @@ def test_model_config_applies_overrides_and_padded_vocab():
   c = config_lib.base_config()
   c.model.size = 'mini'
   c.model.num_layers = 2
-  m = config_lib.model_config(c, 30592)
+  m = objectives.bert.encoder_config(c, 30592)
   assert (m.num_layers, m.hidden_size, m.num_heads, m.vocab_size) == (
       2, 256, 4, 30592)
 
@@ -241,7 +243,7 @@ def test_albert_base_preset_has_the_papers_12m_parameters():
   from data_pipelines import tokenizer  # pylint: disable=g-import-not-at-top
   c = _load('albert').get_config('size=base')
   vocab = tokenizer.padded_vocab_size(c.data.tokenizer.vocab_size)
-  model = bert.BertForPreTraining(config_lib.model_config(c, vocab))
+  model = bert.BertForPreTraining(objectives.bert.encoder_config(c, vocab))
   ids = jnp.zeros((1, 8), jnp.int32)
   shapes = jax.eval_shape(lambda: model.init(
       jax.random.key(0), ids, ids, ids, jnp.zeros((1, 2), jnp.int32)))
@@ -260,8 +262,8 @@ def test_spanbert_preset_is_span_masking_plus_sbo():
   assert ablation.objective.sbo_weight == 0.0
   c.objective.sbo_weight = 0.0
   assert c.to_dict() == ablation.to_dict()
-  assert config_lib.model_config(c, 30592).sbo_positions == 0
-  assert config_lib.model_config(_load('spanbert').get_config(),
+  assert objectives.bert.encoder_config(c, 30592).sbo_positions == 0
+  assert objectives.bert.encoder_config(_load('spanbert').get_config(),
                                  30592).sbo_positions == 200
 
 
@@ -320,8 +322,8 @@ def test_electra_needs_a_prediction_slot():
 def test_auto_attention_is_xla_off_gpu():
   c = config_lib.base_config()
   c.model.attention, c.model.dtype = 'auto', 'bfloat16'
-  assert config_lib.attention_impl(c) == 'xla'   # The tests run on CPU.
-  assert config_lib.model_config(c, 30592).attention_impl == 'xla'
+  assert model_config_lib.attention_impl(c.model) == 'xla'   # The tests run on CPU.
+  assert objectives.bert.encoder_config(c, 30592).attention_impl == 'xla'
 
 
 def test_from_saved_fills_fields_added_since():

@@ -10,8 +10,10 @@ import torch
 import transformers
 
 from bertjax import hf_convert
+from bertjax import runs as runs_lib
 from bertjax.models import bert as bert_lib
 from bertjax.models import electra as electra_models
+from bertjax.objectives import electra as electra_objective
 
 VOCAB = 500          # Not a multiple of 128: bertjax pads its tables.
 LENGTH = 16
@@ -119,7 +121,6 @@ def _bertjax_logits(imported, ids, types, mask, part=None):
   args = (jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask))
   positions = jnp.tile(jnp.arange(LENGTH)[None], (ids.shape[0], 1))
   if imported.family == 'electra':
-    from bertjax import electra as electra_objective  # pylint: disable=g-import-not-at-top
     disc, gen = electra_objective.model_configs(cfg, model_cfg.vocab_size)
     model = electra_models.Electra(disc, gen)
     if part == 'generator':
@@ -234,10 +235,9 @@ def test_imported_checkpoint_continues_pretraining(data_dir, tmp_path):
   from exactly its parameters (a step at lr 1e-30 changes nothing)."""
   import jax  # pylint: disable=g-import-not-at-top
   import preset_helpers  # pylint: disable=g-import-not-at-top
-  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
   from bertjax import train  # pylint: disable=g-import-not-at-top
   from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  run = checkpoint.load_run(_train_tiny(tmp_path / 'run', data_dir))
+  run = runs_lib.load_run(_train_tiny(tmp_path / 'run', data_dir))
   exported = str(tmp_path / 'exported')
   hf_convert.write_model(
       exported, hf_convert.hf_state_dict(run.params, run.config, 'bert',
@@ -255,7 +255,7 @@ def test_imported_checkpoint_continues_pretraining(data_dir, tmp_path):
       'checkpoint_every_steps': 1, 'optimizer.learning_rate': 1e-30,
       'optimizer.warmup_steps': 0})
   train.train_and_evaluate(cfg, str(tmp_path / 'continued'))
-  continued = checkpoint.load_run(str(tmp_path / 'continued'))
+  continued = runs_lib.load_run(str(tmp_path / 'continued'))
   assert continued.step == 1
   vocab = run.vocab_size
   for (path, a), b in zip(
@@ -317,9 +317,8 @@ SENTENCES = ['The module provides a way of using operating system dependent '
                                     'distilbert'])
 def test_exported_run_loads_in_transformers_with_equal_logits(
     runs, family, tmp_path):
-  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
   from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  run = checkpoint.load_run(runs[family])
+  run = runs_lib.load_run(runs[family])
   assert hf_convert.family_of(run.config) == family
   out = str(tmp_path / 'exported')
   written = hf_convert.export_run(runs[family], out)
@@ -389,8 +388,7 @@ def test_export_never_overwrites(runs, tmp_path):
 
 
 def test_tanh_gelu_run_is_not_exported_as_roberta(runs, tmp_path):
-  from bertjax import checkpoint  # pylint: disable=g-import-not-at-top
-  cfg = checkpoint.load_run(runs['roberta']).config
+  cfg = runs_lib.load_run(runs['roberta']).config
   cfg.model.gelu = 'tanh'
   with pytest.raises(hf_convert.ConversionError, match="family 'bert'"):
     hf_convert.check_family(cfg, 'roberta')

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import pytest
 
 from bertjax import config_lib
+from bertjax import objectives
 from bertjax import optim
-from bertjax import pretraining
 from bertjax import sharding
 from bertjax import train
 from data_pipelines import pipeline
@@ -57,7 +57,7 @@ def current_specs() -> dict[str, dict]:
   """{path: {'shape': [...], 'spec': [...]}} of BERT-base's train state."""
   cfg = config_lib.base_config()
   vocab_size = tokenizer_lib.padded_vocab_size(cfg.data.tokenizer.vocab_size)
-  task = pretraining.make_task(cfg, vocab_size)
+  task = objectives.get(cfg.objective.name).make_task(cfg, vocab_size)
   tx, _ = optim.make_optimizer(cfg)
   batch_spec = pipeline.batch_spec(cfg)
 

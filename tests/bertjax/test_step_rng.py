@@ -4,7 +4,7 @@ import jax
 import numpy as np
 
 from bertjax import config_lib
-from bertjax import pretraining
+from bertjax import objectives
 from bertjax import train
 from data_pipelines import pipeline
 import preset_helpers
@@ -15,7 +15,7 @@ def _first_step(step_rng: str):
   random batch, with the paper's dropout."""
   cfg = preset_helpers.set_fields(config_lib.base_config(), {
       **preset_helpers.TINY, 'model.num_layers': 2, 'step_rng': step_rng})
-  task = pretraining.make_task(cfg, 512)
+  task = objectives.get(cfg.objective.name).make_task(cfg, 512)
   spec = pipeline.batch_spec(cfg)
   rng = np.random.default_rng(0)
   (b, l), p = spec['input_ids'][0], spec['masked_ids'][0][1]

@@ -10,6 +10,7 @@ import pytest
 
 from bertjax import config_lib
 from bertjax import flops
+from bertjax import objectives
 from bertjax import train
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import tokenizer as tokenizer_lib
@@ -70,8 +71,8 @@ def test_main_trains_logs_and_checkpoints(data_dir, tmp_path):
   assert [r['step'] for r in timings] == [2, 4, 6]
   # Achieved FLOP/s is tokens/s times the analytic FLOPs of this model.
   vocab = tokenizer_lib.padded_vocab_size(cfg.data.tokenizer.vocab_size)
-  per_token = flops.training_flops_per_token(
-      cfg, config_lib.model_config(cfg, vocab))
+  per_token = objectives.bert.flops_per_token(
+      cfg, objectives.bert.encoder_config(cfg, vocab))
   assert timings[-1]['tflops_per_second'] == pytest.approx(
       timings[-1]['tokens_per_second'] * per_token / 1e12, rel=1e-6)
   assert 'mfu' not in timings[-1]   # No peak is known for a CPU.

@@ -16,6 +16,7 @@ import pytest
 
 from bertjax import checkpoint
 from bertjax import divergence
+from bertjax import runs
 from bertjax import train
 from data_pipelines import pipeline
 from fault_helpers import assert_identical as _assert_identical
@@ -155,7 +156,7 @@ def test_nan_steps_are_skipped_and_counted(data_dir, tmp_path, monkeypatch,
              if s not in (6, 7))
   assert 'step(s) with a non-finite loss or gradient' in capsys.readouterr(
       ).out
-  params = checkpoint.load_run(workdir).params
+  params = runs.load_run(workdir).params
   assert all(np.isfinite(np.asarray(x)).all() for x in
              jax.tree.leaves(params))
 

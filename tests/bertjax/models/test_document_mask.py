@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bertjax import config_lib
+from bertjax import objectives
 from bertjax import train
 from bertjax.models import bert
 from data_pipelines.tokenizer import CLS_ID, PAD_ID, SEP_ID
@@ -72,7 +73,7 @@ def test_config_allows_it_for_packed_rows_only():
   cfg.data.layout = 'full_sentences'
   cfg.objective.nsp_weight = 0.0
   config_lib.validate(cfg)
-  assert not config_lib.model_config(cfg, 2048).attend_across_documents
+  assert not objectives.bert.encoder_config(cfg, 2048).attend_across_documents
 
 
 def _saved(workdir, identity):

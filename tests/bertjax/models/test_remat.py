@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bertjax import config_lib
+from bertjax import objectives
 from bertjax import train
 from bertjax.models import bert
 
@@ -92,7 +93,7 @@ def test_config_checks_and_passes_the_setting():
   cfg = config_lib.demo_config()
   cfg.model.remat = 'dots'
   config_lib.validate(cfg)
-  assert config_lib.model_config(cfg, 2048).remat == 'dots'
+  assert objectives.bert.encoder_config(cfg, 2048).remat == 'dots'
   cfg.model.remat = 'some'
   with pytest.raises(ValueError, match=r"model.remat='some'; use one of"):
     config_lib.validate(cfg)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bertjax import config_lib
+from bertjax import objectives
 from bertjax.models import bert
 
 CFG = bert.BertConfig(vocab_size=128, hidden_size=32, num_layers=3,
@@ -74,7 +75,7 @@ def test_config_allows_scan_for_unshared_bert_only():
   cfg = config_lib.demo_config()
   cfg.model.scan_layers = True
   config_lib.validate(cfg)
-  assert config_lib.model_config(cfg, 2048).scan_layers
+  assert objectives.bert.encoder_config(cfg, 2048).scan_layers
   cfg.model.num_layer_groups = 1
   with pytest.raises(ValueError, match='model.scan_layers=True needs'):
     config_lib.validate(cfg)

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax import objectives
+from bertjax.objectives import losses
 from bertjax.models import bert
 from data_pipelines import masking
 
@@ -114,8 +114,8 @@ def test_sbo_loss_is_mlm_loss_of_its_logits_and_adds_with_its_weight():
   batch = {'masked_ids': jnp.array([[1, 2, 3], [4, 5, 0]]),
            'masked_weights': jnp.array([[1., 1., 1.], [1., 1., 0.]]),
            'next_sentence_labels': jnp.array([0, 1])}
-  mlm_only, _ = objectives.bert_pretraining(outputs, batch, 1.0, 0.0, 0.0)
-  both, metrics = objectives.bert_pretraining(outputs, batch, 1.0, 0.0, 2.0)
+  mlm_only, _ = losses.bert_pretraining(outputs, batch, 1.0, 0.0, 0.0)
+  both, metrics = losses.bert_pretraining(outputs, batch, 1.0, 0.0, 2.0)
   # By hand: mean NLL over the 5 used slots of the SBO logits.
   lp = jax.nn.log_softmax(logits['sbo_logits'])
   used = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
@@ -123,7 +123,7 @@ def test_sbo_loss_is_mlm_loss_of_its_logits_and_adds_with_its_weight():
   np.testing.assert_allclose(both - mlm_only, 2.0 * nll * 5 / (5 + 1e-5),
                              rtol=1e-5)
   assert float(metrics['sbo_count']) == 5
-  summary = objectives.summarize(jax.device_get(metrics))
+  summary = losses.summarize(jax.device_get(metrics))
   np.testing.assert_allclose(summary['sbo_loss'], nll, rtol=1e-5)
 
 

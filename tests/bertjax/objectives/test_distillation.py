@@ -16,9 +16,9 @@ import pytest
 
 from bertjax import config_check
 from bertjax import config_lib
-from bertjax import distill
 from bertjax import objectives
-from bertjax import pretraining
+from bertjax.objectives import distillation
+from bertjax.objectives import losses
 from bertjax import train
 from bertjax.models import bert
 import preset_helpers
@@ -159,13 +159,13 @@ def test_student_options_drop_token_types_pooler_and_nsp():
     (5, 1, (0,)),
 ])
 def test_teacher_layers_for_student(teacher, student, expected):
-  assert distill.teacher_layers_for_student(teacher, student) == expected
+  assert distillation.teacher_layers_for_student(teacher, student) == expected
 
 
 @pytest.mark.parametrize('student', [0, 5])
 def test_teacher_layers_for_student_rejects_impossible_depths(student):
   with pytest.raises(ValueError, match='cannot be taken'):
-    distill.teacher_layers_for_student(4, student)
+    distillation.teacher_layers_for_student(4, student)
 
 
 # ---- The losses against numpy.
@@ -229,7 +229,7 @@ def _numpy_mlm(x):
 @pytest.mark.parametrize('temperature', [1.0, 2.0])
 def test_soft_target_kl_matches_numpy(temperature):
   x = _loss_inputs()
-  loss, sums = distill.soft_target_kl(
+  loss, sums = distillation.soft_target_kl(
       x['student_logits'], x['teacher_logits'], x['masked_weights'],
       temperature)
   assert float(loss) == pytest.approx(_numpy_kl(x, temperature), rel=1e-5)
@@ -240,14 +240,14 @@ def test_soft_target_kl_matches_numpy(temperature):
 
 def test_soft_target_kl_is_zero_for_the_teacher_itself():
   x = _loss_inputs()
-  loss, _ = distill.soft_target_kl(x['teacher_logits'], x['teacher_logits'],
+  loss, _ = distillation.soft_target_kl(x['teacher_logits'], x['teacher_logits'],
                                    x['masked_weights'], 2.0)
   assert abs(float(loss)) < 1e-6
 
 
 def test_hidden_cosine_matches_numpy_over_non_pad_tokens():
   x = _loss_inputs()
-  loss, sums = distill.hidden_cosine(x['student_hidden'], x['teacher_hidden'],
+  loss, sums = distillation.hidden_cosine(x['student_hidden'], x['teacher_hidden'],
                                      x['attention_mask'])
   assert float(loss) == pytest.approx(_numpy_cosine(x), rel=1e-5)
   assert float(sums['cos_count']) == x['attention_mask'].sum()
@@ -261,12 +261,12 @@ def test_distillation_objective_weights_the_three_terms():
              'sequence_output': x['teacher_hidden']}
   batch = {k: x[k] for k in ('masked_ids', 'masked_weights',
                              'attention_mask')}
-  loss, sums = distill.distillation_objective(student, teacher, batch,
+  loss, sums = distillation.distillation_objective(student, teacher, batch,
                                               2.0, 5.0, 2.0, 1.0)
   expected = (5.0 * _numpy_kl(x, 2.0) + 2.0 * _numpy_mlm(x)
               + 1.0 * _numpy_cosine(x))
   assert float(loss) == pytest.approx(expected, rel=1e-5)
-  summary = objectives.summarize(jax.device_get(sums))
+  summary = losses.summarize(jax.device_get(sums))
   assert summary['kl_loss'] == pytest.approx(_numpy_kl(x, 2.0), rel=1e-5)
   assert summary['cos_loss'] == pytest.approx(_numpy_cosine(x), rel=1e-5)
   assert summary['mlm_loss'] == pytest.approx(_numpy_mlm(x), rel=1e-4)
@@ -289,21 +289,21 @@ def _teacher_config():
 def _write_teacher(workdir, checkpoint=True, tokenizer=b'teacher pieces'):
   os.makedirs(workdir)
   cfg = _teacher_config()
-  tokenizer_path = os.path.join(workdir, distill.TOKENIZER_MODEL)
+  tokenizer_path = os.path.join(workdir, distillation.TOKENIZER_MODEL)
   with open(tokenizer_path, 'wb') as f:
     f.write(tokenizer)
   vocab = 512
-  model = bert.BertForPreTraining(config_lib.model_config(cfg, vocab))
+  model = bert.BertForPreTraining(objectives.bert.encoder_config(cfg, vocab))
   ids = jnp.zeros((1, 8), jnp.int32)
   params = _init(model, ids, ids, ids, ids[:, :2], seed=7)
-  with open(os.path.join(workdir, distill.RUN_META), 'w') as f:
+  with open(os.path.join(workdir, distillation.RUN_META), 'w') as f:
     json.dump({'config': cfg.to_dict(), 'vocab_size': 400,
                'tokenizer_sha256': hashlib.sha256(tokenizer).hexdigest()}, f)
   if checkpoint:
     state = train.TrainState(step=jnp.asarray(3, jnp.int32), params=params,
                              opt_state={'mu': params})
     with ocp.CheckpointManager(
-        os.path.join(workdir, distill.CHECKPOINTS),
+        os.path.join(workdir, distillation.CHECKPOINTS),
         item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
       manager.save(3, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state)))
@@ -320,7 +320,7 @@ def _student_config(teacher_workdir, **fields):
   """The preset for ``teacher_workdir``, prepared as the trainer does."""
   cfg = _set(_load(PRESET), {**TINY,
                              'distillation.teacher_workdir': teacher_workdir})
-  return distill.prepare_config(_set(cfg, fields))
+  return distillation.prepare_config(_set(cfg, fields))
 
 
 def _batch(cfg):
@@ -346,7 +346,7 @@ def _batch(cfg):
 def test_student_starts_as_a_copy_of_the_teacher(teacher):
   workdir, teacher_params = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 2})
-  task = distill.distillation_task(cfg, 512)
+  task = distillation.make_task(cfg, 512)
   params = nn.unbox(task.init(jax.random.key(0), _batch(cfg)))
   assert set(params) == {'student', 'teacher'}
   student, kept = params['student'], params['teacher']
@@ -376,7 +376,7 @@ def test_student_starts_as_a_copy_of_the_teacher(teacher):
 def test_student_layers_default_to_half_the_teacher(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 0})
-  params = distill.distillation_task(cfg, 512).init(
+  params = distillation.make_task(cfg, 512).init(
       jax.random.key(0), _batch(cfg))
   assert sorted(k for k in params['student'] if k.startswith('layer_')) == [
       'layer_0', 'layer_1']
@@ -385,7 +385,7 @@ def test_student_layers_default_to_half_the_teacher(teacher):
 def test_teacher_gets_no_gradient_and_is_marked_frozen(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 2})
-  task = distill.distillation_task(cfg, 512)
+  task = distillation.make_task(cfg, 512)
   params = nn.unbox(task.init(jax.random.key(0), _batch(cfg)))
   (loss, sums), grads = jax.jit(
       jax.value_and_grad(task.loss, has_aux=True), static_argnums=3)(
@@ -406,25 +406,25 @@ def test_teacher_gets_no_gradient_and_is_marked_frozen(teacher):
 
 
 def test_empty_teacher_workdir_fails():
-  with pytest.raises(distill.TeacherError, match='teacher_workdir is empty'):
-    distill.prepare_config(_student_config(''))
+  with pytest.raises(distillation.TeacherError, match='teacher_workdir is empty'):
+    distillation.prepare_config(_student_config(''))
 
 
 def test_missing_teacher_workdir_fails(tmp_path):
-  with pytest.raises(distill.TeacherError, match='is not a directory'):
-    distill.prepare_config(_student_config(str(tmp_path / 'nowhere')))
+  with pytest.raises(distillation.TeacherError, match='is not a directory'):
+    distillation.prepare_config(_student_config(str(tmp_path / 'nowhere')))
 
 
 def test_teacher_workdir_without_a_run_fails(tmp_path):
-  with pytest.raises(distill.TeacherError, match='has no run_meta.json'):
-    distill.prepare_config(_student_config(str(tmp_path)))
+  with pytest.raises(distillation.TeacherError, match='has no run_meta.json'):
+    distillation.prepare_config(_student_config(str(tmp_path)))
 
 
 def test_teacher_workdir_without_a_checkpoint_fails(tmp_path):
   workdir = str(tmp_path / 'teacher')
   _write_teacher(workdir, checkpoint=False)
-  with pytest.raises(distill.TeacherError, match='has no checkpoint'):
-    distill.distillation_task(_student_config(workdir), 512)
+  with pytest.raises(distillation.TeacherError, match='has no checkpoint'):
+    distillation.make_task(_student_config(workdir), 512)
 
 
 def test_tokenizer_must_be_the_teachers(teacher, tmp_path):
@@ -433,31 +433,31 @@ def test_tokenizer_must_be_the_teachers(teacher, tmp_path):
   other.write_bytes(b'other pieces')
   cfg = _set(_load(PRESET), {**TINY, 'distillation.teacher_workdir': workdir,
                              'data.tokenizer.model_path': str(other)})
-  with pytest.raises(distill.TeacherError, match='is not the tokenizer'):
-    distill.prepare_config(cfg)
-  with pytest.raises(distill.TeacherError, match='is not the tokenizer'):
-    distill.distillation_task(cfg, 512)
+  with pytest.raises(distillation.TeacherError, match='is not the tokenizer'):
+    distillation.prepare_config(cfg)
+  with pytest.raises(distillation.TeacherError, match='is not the tokenizer'):
+    distillation.make_task(cfg, 512)
 
 
 def test_unset_tokenizer_points_at_the_teachers(teacher):
   workdir, _ = teacher
   cfg = _set(_load(PRESET), {**TINY, 'distillation.teacher_workdir': workdir})
   assert cfg.data.tokenizer.model_path == ''
-  prepared = pretraining.prepare_config(cfg)   # As the trainer does.
+  prepared = objectives.get(cfg.objective.name).prepare_config(cfg)   # As the trainer does.
   assert prepared.data.tokenizer.model_path == os.path.join(
       workdir, 'tokenizer.model')
   assert cfg.data.tokenizer.model_path == ''      # A copy was changed.
   # Unprepared, the task refuses: the trainer would have loaded another
   # tokenizer.
-  with pytest.raises(distill.TeacherError, match='model_path is ""'):
-    distill.distillation_task(cfg, 512)
+  with pytest.raises(distillation.TeacherError, match='model_path is ""'):
+    distillation.make_task(cfg, 512)
 
 
 def test_student_deeper_than_teacher_fails(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 5})
-  with pytest.raises(distill.TeacherError, match='student_layers=5'):
-    distill.distillation_task(cfg, 512)
+  with pytest.raises(distillation.TeacherError, match='student_layers=5'):
+    distillation.make_task(cfg, 512)
 
 
 # ---- The preset.
@@ -483,8 +483,8 @@ def test_preset_is_distilberts():
   assert c.optimizer.warmup_steps == 50
   assert c.data.tokenizer.model_path == ''
   # Without a teacher the run stops before reading data, naming the field.
-  with pytest.raises(distill.TeacherError, match='teacher_workdir'):
-    pretraining.prepare_config(c)
+  with pytest.raises(distillation.TeacherError, match='teacher_workdir'):
+    objectives.get(c.objective.name).prepare_config(c)
 
 
 # ---- End to end: train a tiny teacher, then distill a student from it.

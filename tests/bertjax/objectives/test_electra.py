@@ -15,8 +15,8 @@ import pytest
 
 from bertjax import config_check
 from bertjax import config_lib
-from bertjax import electra
-from bertjax import pretraining
+from bertjax import objectives
+from bertjax.objectives import electra
 from bertjax import train
 from bertjax.models import electra as electra_model
 from data_pipelines import masking
@@ -220,7 +220,7 @@ def tiny():
   """(task, params, batch) of the tiny preset without dropout."""
   cfg = _tiny(**{'model.hidden_dropout_rate': 0.0,
                  'model.attention_dropout_rate': 0.0})
-  task = pretraining.make_task(cfg, 512)
+  task = objectives.get(cfg.objective.name).make_task(cfg, 512)
   _, batch = _batch(b=4, length=32, p=4)
   # Jitted: op-by-op initialization costs twice the compile on this CPU.
   params = nn.unbox(jax.jit(task.init)(jax.random.key(0), batch))

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax import objectives
+from bertjax.objectives import losses
 
 
 def _log_softmax(x):
@@ -17,7 +17,7 @@ def test_masked_lm_matches_bert_formula():
                      [[0.0, 0.0, 3.0], [1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]])
   labels = np.array([[0, 2, 1], [2, 0, 0]])
   weights = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])
-  loss, sums = objectives.masked_lm(jnp.asarray(logits), jnp.asarray(labels),
+  loss, sums = losses.masked_lm(jnp.asarray(logits), jnp.asarray(labels),
                                     jnp.asarray(weights))
   nll = -np.take_along_axis(_log_softmax(logits), labels[..., None], -1)[..., 0]
   expected = (weights * nll).sum() / (weights.sum() + 1e-5)
@@ -30,7 +30,7 @@ def test_masked_lm_matches_bert_formula():
 def test_next_sentence_mean_cross_entropy():
   logits = np.array([[1.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
   labels = np.array([0, 1, 0])
-  loss, sums = objectives.next_sentence(jnp.asarray(logits),
+  loss, sums = losses.next_sentence(jnp.asarray(logits),
                                         jnp.asarray(labels))
   nll = -np.take_along_axis(_log_softmax(logits), labels[:, None], -1)[:, 0]
   np.testing.assert_allclose(float(loss), nll.mean(), rtol=1e-6)
@@ -46,14 +46,14 @@ def test_pretraining_weights_and_nsp_off():
            'next_sentence_labels': jnp.array([0])}
   mlm = np.log(4.0) * 2 / (2 + 1e-5)
   nsp = -_log_softmax(np.array([0.0, 2.0]))[0]
-  loss, sums = objectives.bert_pretraining(outputs, batch, 2.0, 0.5)
+  loss, sums = losses.bert_pretraining(outputs, batch, 2.0, 0.5)
   np.testing.assert_allclose(float(loss), 2 * mlm + 0.5 * nsp, rtol=1e-6)
-  loss, sums = objectives.bert_pretraining(outputs, batch, 1.0, 0.0)
+  loss, sums = losses.bert_pretraining(outputs, batch, 1.0, 0.0)
   np.testing.assert_allclose(float(loss), mlm, rtol=1e-6)
   assert 'nsp_count' not in sums
 
 
 def test_summarize_divides_sums():
-  out = objectives.summarize({'mlm_loss_sum': 6.0, 'mlm_correct': 3.0,
+  out = losses.summarize({'mlm_loss_sum': 6.0, 'mlm_correct': 3.0,
                               'mlm_count': 12.0})
   assert out == {'mlm_loss': 0.5, 'mlm_accuracy': 0.25}

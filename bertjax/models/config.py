@@ -1,0 +1,164 @@
+"""The experiment config's ``model`` section: its fields and what they give.
+
+``section()`` is the section with its defaults (BERT-base, google-research/
+bert); ``encoder_config`` turns a section into the ``BertConfig`` the Flax
+modules take. Both live next to the model, below the objectives and the
+root config (bertjax/config_lib.py), so that an objective can build its
+networks, and read a teacher run's saved section, from the section alone.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bertjax.models import bert as bert_lib
+
+
+def section() -> ml_collections.ConfigDict:
+  """The ``model`` section with its defaults (BERT-base)."""
+  m = ml_collections.ConfigDict()
+  m.size = 'base'           # bertjax.models.bert.SIZES
+  m.hidden_size = 0         # 0 = from size.
+  m.num_layers = 0
+  m.num_heads = 0
+  m.intermediate_size = 0
+  m.embedding_size = 0      # ALBERT's E; 0 = hidden_size (no projection).
+  m.num_layer_groups = 0    # ALBERT's sharing: 1 = all layers share
+                            # one set of weights; 0 = none shared.
+  m.sbo_positions = 200     # SBO head's relative positions (SpanBERT);
+                            # the head exists when sbo_weight > 0.
+  m.max_position_embeddings = 512
+  m.type_vocab_size = 2
+  m.hidden_dropout_rate = 0.1
+  m.attention_dropout_rate = 0.1
+  m.layer_norm_epsilon = 1e-12  # BERT's; fairseq's RoBERTa uses 1e-5.
+  m.gelu = 'tanh'           # tanh (BERT's approximation) | exact (erf:
+                            # fairseq's RoBERTa; ELECTRA always).
+  m.dtype = 'float32'       # Compute dtype: float32 | bfloat16.
+  m.param_dtype = 'float32'
+  m.remat = 'none'          # none | full | dots: recompute each layer's
+                            # activations in the backward pass.
+  m.scan_layers = False     # One nn.scan over stacked layer weights
+                            # (compiles one layer); bert objective,
+                            # no layer sharing.
+  m.attend_across_documents = True  # False: packed documents
+                            # (full_sentences) attend only to themselves.
+  m.attention = 'xla'       # xla | cudnn | auto: the fused attention
+                            # kernel where no attention dropout is
+                            # active; auto is cuDNN on GPU in bfloat16,
+                            # else XLA (cuDNN is not yet measured).
+  return m
+
+
+_DIMS = ('hidden_size', 'num_layers', 'num_heads', 'intermediate_size')
+
+
+def check(m, errors: list[str]) -> None:
+  """Appends what is wrong with the ``model`` section ``m`` to ``errors``
+  (fields of other sections it must agree with: config_lib.validate)."""
+  _check(m.size in bert_lib.SIZES,
+         f'model.size={m.size!r}; use one of {sorted(bert_lib.SIZES)}.',
+         errors)
+  for name in _DIMS:
+    _check(m[name] >= 0, f'model.{name}={m[name]} must be >= 0 (0 = '
+           'model.size\'s).', errors)
+  if m.size in bert_lib.SIZES and min(m[name] for name in _DIMS) >= 0:
+    layers, hidden, heads = bert_lib.SIZES[m.size]
+    layers = m.num_layers or layers
+    hidden, heads = m.hidden_size or hidden, m.num_heads or heads
+    _check(hidden % heads == 0, f'model.hidden_size={hidden} must be '
+           f'divisible by model.num_heads={heads}.', errors)
+    _check(0 <= m.num_layer_groups <= layers,
+           f'model.num_layer_groups={m.num_layer_groups} must be in [0, '
+           f'{layers}] (the number of layers): 0 shares nothing, 1 shares '
+           'one set of weights across all layers.', errors)
+  _check(m.embedding_size >= 0,
+         f'model.embedding_size={m.embedding_size} must be >= 0 (0 = the '
+         'hidden size, no factorization).', errors)
+  _check(m.sbo_positions >= 0, f'model.sbo_positions={m.sbo_positions} '
+         'must be >= 0 (SpanBERT uses 200).', errors)
+  _check(m.max_position_embeddings >= 1, 'model.max_position_embeddings='
+         f'{m.max_position_embeddings} must be >= 1.', errors)
+  _check(m.type_vocab_size >= 0, 'model.type_vocab_size='
+         f'{m.type_vocab_size} must be >= 0 (0 = no token-type embedding; '
+         'BERT uses 2).', errors)
+  _check(m.layer_norm_epsilon > 0, 'model.layer_norm_epsilon='
+         f'{m.layer_norm_epsilon} must be > 0 (BERT uses 1e-12, RoBERTa '
+         '1e-5).', errors)
+  _check(m.gelu in ('tanh', 'exact'),
+         f"model.gelu={m.gelu!r}; use 'tanh' (BERT) or 'exact' (RoBERTa).",
+         errors)
+  for name in ('dtype', 'param_dtype'):
+    _check(m[name] in ('float32', 'bfloat16'),
+           f'model.{name}={m[name]!r}; use float32 or bfloat16.', errors)
+  _check(m.attention in ('auto',) + bert_lib.ATTENTION_IMPLS,
+         f'model.attention={m.attention!r}; use auto or one of '
+         f'{bert_lib.ATTENTION_IMPLS}.', errors)
+  if m.attention == 'cudnn':
+    _check(jax.default_backend() == 'gpu' and m.dtype == 'bfloat16',
+           "model.attention='cudnn' needs a GPU and model.dtype='bfloat16' "
+           f'(here: {jax.default_backend()}, {m.dtype}); use auto or xla.',
+           errors)
+  _check(m.remat in bert_lib.REMAT,
+         f'model.remat={m.remat!r}; use one of {bert_lib.REMAT}.', errors)
+  for name in ('hidden_dropout_rate', 'attention_dropout_rate'):
+    _check(0 <= m[name] < 1, f'model.{name}={m[name]} must be in [0, 1).',
+           errors)
+
+
+def _check(condition: bool, message: str, errors: list[str]) -> None:
+  if not condition:
+    errors.append(message)
+
+
+def from_saved(saved: dict) -> ml_collections.ConfigDict:
+  """A ``model`` section an earlier run saved, with the fields added since
+  at their defaults."""
+  m = section()
+  for key, value in saved.items():
+    m[key] = value
+  return m
+
+
+def encoder_config(m, vocab_size: int, sbo_positions: int = 0
+                   ) -> bert_lib.BertConfig:
+  """The encoder's hyperparameters from the ``model`` section ``m``.
+
+  Args:
+    m: the ``model`` section.
+    vocab_size: rows of the embedding table, already padded.
+    sbo_positions: relative positions of SpanBERT's span boundary head;
+      0 = no such head (the objective decides).
+  """
+  overrides = {k: getattr(m, k) for k in ('hidden_size', 'num_layers',
+                                          'num_heads', 'intermediate_size')
+               if getattr(m, k)}
+  return bert_lib.BertConfig.from_size(
+      m.size, vocab_size=vocab_size,
+      max_position_embeddings=m.max_position_embeddings,
+      type_vocab_size=m.type_vocab_size,
+      embedding_size=m.embedding_size, num_layer_groups=m.num_layer_groups,
+      sbo_positions=sbo_positions,
+      hidden_dropout_rate=m.hidden_dropout_rate,
+      attention_dropout_rate=m.attention_dropout_rate,
+      dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
+      remat=m.remat, attend_across_documents=m.attend_across_documents,
+      gelu_approximate=m.gelu == 'tanh',
+      layer_norm_epsilon=m.layer_norm_epsilon,
+      scan_layers=m.scan_layers, attention_impl=attention_impl(m),
+      **overrides)
+
+
+def attention_impl(m) -> str:
+  """``m.attention`` (the ``model`` section's) resolved for this backend:
+  'auto' is cuDNN's fused attention on GPU in bfloat16 where the head size
+  allows it."""
+  if m.attention != 'auto':
+    return m.attention
+  _, hidden, heads = bert_lib.SIZES[m.size]
+  head_dim = (m.hidden_size or hidden) // (m.num_heads or heads)
+  usable = (jax.default_backend() == 'gpu' and m.dtype == 'bfloat16'
+            and head_dim % 8 == 0 and head_dim <= 128)
+  return 'cudnn' if usable else 'xla'
