@@ -29,9 +29,9 @@ setuptools.setup(
         'numpy>=2,<3',
         'tensorboardX>=2.6,<3',
         'absl-py>=2,<3',
-        # Hugging Face exports and imports (bertjax/hf_convert.py), no torch.
+        # Hugging Face exports and imports (bertjax/interop/hf_convert.py), no torch.
         'safetensors>=0.4,<1',
-        # The exported tokenizer.json (bertjax/hf_tokenizer.py); the
+        # The exported tokenizer.json (bertjax/interop/hf_tokenizer.py); the
         # SentencePiece model is read through its protobuf.
         'tokenizers>=0.20,<1',
         'protobuf>=4.21,<8',

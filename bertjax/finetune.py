@@ -46,10 +46,10 @@ import ml_collections
 import numpy as np
 import optax
 
-from bertjax import checkpoint as checkpoint_lib
+from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_lib
-from bertjax import hf_convert
-from bertjax import metric_writers
+from bertjax.interop import hf_convert
+from bertjax.runtime import metric_writers
 from bertjax import objectives
 from bertjax import optim
 from bertjax import runs

@@ -1,10 +1,10 @@
 """A finished run read back from its workdir: its config (fields added
 since at their defaults), its tokenizer and its parameters at one step.
 
-What export (bertjax/hf_convert.py), fine-tuning (bertjax/finetune.py) and
+What export (bertjax/interop/hf_convert.py), fine-tuning (bertjax/finetune.py) and
 the experiment scripts read of a run. It sits above the config
 (bertjax/config_lib.py), which completes a saved config with today's
-defaults, and the checkpoint code (bertjax/checkpoint.py), which finds,
+defaults, and the checkpoint code (bertjax/runtime/checkpoint.py), which finds,
 verifies and restores the steps.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
-from bertjax import checkpoint as checkpoint_lib
+from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_lib
 from data_pipelines import tokenizer as tokenizer_lib
 

@@ -11,7 +11,7 @@ notice) saves a checkpoint at the next step and exits with status 75
 (``preemption.EXIT_PREEMPTED``), which the launchers relaunch on.
 
 Multi-host: one process per host (or GPU) runs the same command; see
-``bertjax/distributed.py`` for how the processes find each other, and
+``bertjax/runtime/distributed.py`` for how the processes find each other, and
 ``experiments/launch/`` for TPU pods and SLURM clusters.
 """
 
@@ -35,17 +35,17 @@ from ml_collections import config_flags
 import numpy as np
 import optax
 
-from bertjax import checkpoint as checkpoint_lib
+from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_check
 from bertjax import config_lib
-from bertjax import distributed
-from bertjax import divergence
+from bertjax.runtime import distributed
+from bertjax.runtime import divergence
 from bertjax import flops
-from bertjax import metric_writers
+from bertjax.runtime import metric_writers
 from bertjax import objectives
 from bertjax.objectives import losses
 from bertjax import optim
-from bertjax import preemption
+from bertjax.runtime import preemption
 from bertjax import sharding
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import masking as masking_lib

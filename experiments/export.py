@@ -17,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
-from bertjax import hf_convert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax.interop import hf_convert  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def main(argv=None) -> None:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 
 # bertjax.train defines the flags this command shares with pretraining:
 # --config, --workdir, and the multi-host ones (--multihost, ...).
-from bertjax import distributed  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax.runtime import distributed  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import finetune  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -22,8 +22,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
-from bertjax import hf_convert  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bertjax import hf_tokenizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax.interop import hf_convert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax.interop import hf_tokenizer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

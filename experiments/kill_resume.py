@@ -51,7 +51,7 @@ def _env() -> dict:
 def _logged_steps(workdir: str) -> list[int]:
   """The steps in ``metrics.jsonl`` so far (a line being written is
   skipped)."""
-  from bertjax import metric_writers  # pylint: disable=g-import-not-at-top
+  from bertjax.runtime import metric_writers  # pylint: disable=g-import-not-at-top
   return [record['step'] for _, record in
           metric_writers.logged_lines(os.path.join(workdir, METRICS))]
 

@@ -74,7 +74,7 @@ class Objective:
       of it leaves for fine-tuning and export (ELECTRA's discriminator, a
       distilled student); ``vocab_size`` is padded.
     export_family: ``cfg -> str``: the transformers family that encoder
-      exports as (bertjax/hf_convert.py's ``FAMILIES``).
+      exports as (bertjax/interop/hf_convert.py's ``FAMILIES``).
     section: the name of its own config section (``cfg.<section>``); ''
       for none beyond ``cfg.objective``.
     defaults: ``() -> ConfigDict``: that section with its defaults.

@@ -65,7 +65,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bertjax import checkpoint as checkpoint_lib
+from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import flops
 from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib

@@ -12,7 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
 # Trainer flags the launchers set themselves (or leave to SLURM and JAX).
 OWNED_FLAGS = ('config', 'workdir', 'multihost', 'coordinator_address',
                'num_processes', 'process_id')
-# bertjax.preemption.EXIT_PREEMPTED: the trainer stopped for a preemption
+# bertjax.runtime.preemption.EXIT_PREEMPTED: the trainer stopped for a preemption
 # notice after writing a checkpoint, so rerunning it resumes. A copy, not an
 # import: that module imports jax, which a login node or laptop running the
 # launcher may lack (tests/experiments/test_launch.py checks they agree).

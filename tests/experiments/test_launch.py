@@ -128,7 +128,7 @@ class FakeRun:
 
 
 def test_the_launchers_relaunch_on_the_trainers_preempted_status():
-  from bertjax import preemption  # pylint: disable=g-import-not-at-top
+  from bertjax.runtime import preemption  # pylint: disable=g-import-not-at-top
   # A copy (the launchers do not import jax); it must not drift.
   assert launch_common.EXIT_PREEMPTED == preemption.EXIT_PREEMPTED
   assert tpu_pod.EXIT_PREEMPTED == slurm.EXIT_PREEMPTED == 75

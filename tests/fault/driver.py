@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from bertjax import checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax.runtime import checkpoint  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _FAULT = flags.DEFINE_string('fault', '', 'KIND:STEP (see the docstring).')

@@ -14,8 +14,8 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax import checkpoint
-from bertjax import divergence
+from bertjax.runtime import checkpoint
+from bertjax.runtime import divergence
 from bertjax import runs
 from bertjax import train
 from data_pipelines import pipeline

@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from bertjax import checkpoint
-from bertjax import preemption
+from bertjax.runtime import checkpoint
+from bertjax.runtime import preemption
 import fault_helpers
 from fault_helpers import DEMO, DRIVER, REPO
 from fault_helpers import assert_identical as _assert_identical

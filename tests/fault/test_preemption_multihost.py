@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from bertjax import checkpoint
-from bertjax import preemption
+from bertjax.runtime import checkpoint
+from bertjax.runtime import preemption
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))

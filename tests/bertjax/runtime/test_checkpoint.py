@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import checkpoint
+from bertjax.runtime import checkpoint
 from bertjax import sharding
 
 

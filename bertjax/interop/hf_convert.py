@@ -34,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors import numpy as st_numpy
 
-from bertjax import checkpoint
+from bertjax.runtime import checkpoint
 from bertjax import config_lib
-from bertjax import hf_tokenizer
+from bertjax.interop import hf_tokenizer
 from bertjax import objectives
 from bertjax import runs
 from bertjax import sharding

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bertjax import distributed
+from bertjax.runtime import distributed
 
 
 @pytest.mark.parametrize('env, expected', [

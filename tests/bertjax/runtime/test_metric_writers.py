@@ -3,7 +3,7 @@
 import json
 import os
 
-from bertjax import metric_writers
+from bertjax.runtime import metric_writers
 
 
 def test_writes_jsonl_and_tensorboard(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from bertjax import hf_convert
+from bertjax.interop import hf_convert
 from bertjax import runs as runs_lib
 from bertjax.models import bert as bert_lib
 from bertjax.models import electra as electra_models

@@ -11,7 +11,7 @@ import sentencepiece as spm
 import transformers
 from sentencepiece import sentencepiece_model_pb2
 
-from bertjax import hf_tokenizer
+from bertjax.interop import hf_tokenizer
 from data_pipelines import corpus
 from data_pipelines import tokenizer as tokenizer_lib
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import divergence
-from bertjax import preemption
+from bertjax.runtime import divergence
+from bertjax.runtime import preemption
 
 _NAN = float('nan')
 
