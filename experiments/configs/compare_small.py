@@ -9,7 +9,7 @@ control share.
   python experiments/compare.py --out=runs/compare_small \
       --results=experiments/results/compare_small --seeds=3 \
       --budget=steps:6000 --finetune=experiments/configs/compare_small.py:finetune \
-      --finetune_lrs=3e-4,1e-3 \
+      --finetune_lrs=3e-4,1e-3 --control_repeats=4 \
       --run bert=experiments/configs/compare_small.py:objective=bert \
       --run roberta=experiments/configs/compare_small.py:objective=roberta \
       --run electra=experiments/configs/compare_small.py:objective=electra \
@@ -31,10 +31,11 @@ The recipe (shared by every arm; departures from the presets, for size):
   are for batches of 256 and more and a million steps; at this batch they
   leave a tiny model near the unigram baseline. Why 6000: pretrained minus
   scratch against pretraining steps (experiments/results/
-  compare_small_steps) rises with steps and is positive at 6000 on both
-  seeds measured so far (+0.26, +0.12; -0.13 and -0.21 at 1500); a shorter run
-  leaves an encoder that fine-tunes worse than random weights (README,
-  "Why the demo checkpoint fine-tunes worse than random weights").
+  compare_small_steps, 3 seeds) is -0.169 [-0.200, -0.139] at 1500,
+  -0.000 [-0.075, +0.075] at 3000 and +0.207 [+0.147, +0.268] at 6000; a
+  shorter run leaves an encoder that fine-tunes worse than random weights
+  (README, "Why the demo checkpoint fine-tunes worse than random
+  weights").
 
 Fine-tuning (``finetune``): the embedded task (which standard-library
 package a docstring paragraph comes from, 8 classes, 930 held-out) in its
