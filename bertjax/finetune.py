@@ -600,7 +600,7 @@ def finetune(cfg, workdir: str) -> dict:
         state = state.replace(params=_load_encoder(
             state.params, abstract_state.params, pretrained.params))
     if is_main:
-      train_lib._write_json_atomic(os.path.join(workdir, _META), {  # pylint: disable=protected-access
+      train_lib.write_json_atomic(os.path.join(workdir, _META), {
           'identity': _identity(cfg), 'config': cfg.to_dict()})
     step = int(jax.device_get(state.step))
     sizes = {k: int(np.prod(v.shape)) for k, v in
@@ -656,7 +656,7 @@ def finetune(cfg, workdir: str) -> dict:
     result.update(per_example_predictions(task.kind, eval_logits,
                                           eval_data['label']))
   if is_main:
-    train_lib._write_json_atomic(os.path.join(workdir, RESULT), result)  # pylint: disable=protected-access
+    train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
   writer.message(f'{task.name}: ' + ', '.join(
       f'{k} {v:.4f}' for k, v in final.items()) + (
           '; dev ' + ', '.join(f'{k} {v:.4f}' for k, v in dev.items())

@@ -1,4 +1,4 @@
-"""Pretraining: one ``train_and_evaluate`` that reads top to bottom.
+"""Pretraining: ``train_and_evaluate`` reads top to bottom, in named steps.
 
   python -m bertjax.train --config=experiments/configs/demo.py \
       --workdir=/tmp/bertjax-demo [--config.total_steps=100 ...]
@@ -13,6 +13,12 @@ notice) saves a checkpoint at the next step and exits with status 75
 Multi-host: one process per host (or GPU) runs the same command; see
 ``bertjax/runtime/distributed.py`` for how the processes find each other, and
 ``experiments/launch/`` for TPU pods and SLURM clusters.
+
+The steps, each a section below in this order: checks that write nothing,
+mesh, input pipeline, task and its steps, shard and compile, restore or
+initialize (the first write to the workdir), train loop, final evaluation.
+``bertjax/finetune.py`` shares the mesh, the compiled step with donated state
+and the atomic JSON write.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import jax.numpy as jnp
 from ml_collections import config_flags
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 
 from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_check
@@ -101,6 +108,97 @@ class ResumeError(ValueError):
   """The workdir holds a run that this config cannot continue."""
 
 
+def _say(text: str) -> None:
+  """Prints on process 0 only (absl INFO is silenced by default)."""
+  if jax.process_index() == 0:
+    print(text, flush=True)
+
+
+def write_json_atomic(path: str, value) -> None:
+  """``value`` as indented JSON at ``path``; a reader never sees half of it
+  (written beside, then renamed over)."""
+  tmp = f'{path}.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+  os.replace(tmp, path)
+
+
+def train_and_evaluate(cfg, workdir: str) -> dict:
+  """Trains per ``cfg`` in ``workdir`` (resuming if possible).
+
+  Returns the final eval metrics (``eval_mlm_accuracy`` etc.) together with
+  ``baseline_mlm_accuracy``, the accuracy of predicting the most frequent
+  token at the same positions.
+  """
+  # ---- Checks that read no data and write nothing.
+  cfg, saved_meta = check_before_writing(cfg, workdir)
+
+  # ---- Mesh, and the rows of each global batch this process reads.
+  place = make_placement(cfg)
+  _say(f'mesh {dict(place.mesh.shape)} over {place.mesh.size} device(s) '
+       f'({jax.devices()[0].device_kind}), {jax.process_count()} '
+       f'process(es); each reads {len(place.rows)} of the {cfg.batch_size} '
+       'rows of a batch')
+
+  # ---- Input pipeline (the tokenizer is checked before the data is built).
+  data = input_pipeline(cfg, saved_meta, workdir, place.rows)
+
+  # ---- Task, and the init, update and eval steps of its model.
+  task = objectives.get(cfg.objective.name).make_task(
+      cfg, tokenizer_lib.padded_vocab_size(data.tokenizer.vocab_size))
+  steps = make_steps(cfg, task, data.global_spec)
+
+  with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
+    # ---- Shard (the state is born sharded), compile ahead of time.
+    compiled = shard_and_compile(steps, place, data.global_spec, workdir)
+
+    # ---- Restore a checkpoint, or initialize. First write to the workdir.
+    write_run_files(cfg, workdir, data, task, place, compiled)
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
+        cfg.keep_checkpoints)
+    state = restore_or_init(cfg, workdir, ckpt, steps, compiled,
+                            data.train_iter)
+
+    # ---- Train loop (a preemption notice ends it with Preempted).
+    loop = TrainLoop(cfg, workdir, place, data, compiled, ckpt,
+                     task.flops_per_token, state)
+    state = loop.run(state)
+
+    # ---- Final evaluation against the most-frequent-token baseline.
+    return final_evaluation(loop, state.params, data)
+
+
+# ---------------------------------------------------------------------------
+# Checks that read no data and write nothing.
+
+
+def check_before_writing(cfg, workdir: str) -> tuple[Any, dict | None]:
+  """Every check that reads no data, before anything is written.
+
+  Returns ``cfg`` as its objective prepares it (e.g. with a teacher's
+  tokenizer) and the ``run_meta.json`` that ``workdir`` holds (None: a new
+  run).
+  """
+  cfg = objectives.get(cfg.objective.name).prepare_config(cfg)
+  config_lib.validate(cfg)
+  for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
+    logging.warning('config: %s', warning)
+    _say(f'warning: {warning}')
+  if mixture_lib.is_mixture(cfg.data):  # Every component, before any build.
+    mixture_lib.validate(cfg.data)
+  else:
+    corpus_lib.validate(corpus_lib.CorpusSpec.from_config(cfg.data.corpus))
+  if cfg.init_from and checkpoint_lib.latest_step(
+      os.path.join(cfg.init_from, 'checkpoints')) is None:
+    raise ResumeError(f'init_from={cfg.init_from!r} has no checkpoint.')
+  if '://' in workdir:
+    raise ValueError(f'--workdir={workdir!r}: the workdir is written through '
+                     'the local filesystem; for a bucket, mount it (gcsfuse) '
+                     'and give the mounted path.')
+  return cfg, check_resume_compatible(workdir, cfg)
+
+
 def _section(cfg, dotted: str):
   value = cfg
   for part in dotted.split('.'):
@@ -155,6 +253,74 @@ def check_resume_compatible(workdir: str, cfg) -> dict | None:
   return saved
 
 
+# ---------------------------------------------------------------------------
+# Mesh (pretraining's and fine-tuning's).
+
+
+class Placement(NamedTuple):
+  """The device mesh, and where a global batch lies on it."""
+  mesh: jax.sharding.Mesh
+  rules: tuple                # ((logical axis, mesh axes), ...) for Flax.
+  batch_sh: jax.sharding.NamedSharding   # A [batch, ...] array's sharding.
+  rows: np.ndarray            # [rows] int64: the global batch's rows that
+                              # this process's devices hold (and it reads).
+
+
+def make_placement(cfg) -> Placement:
+  """The mesh of ``cfg.sharding``; fails when ``cfg.batch_size`` rows do not
+  split over its batch axes."""
+  mesh = sharding.make_mesh(cfg.sharding.mesh_shape, cfg.sharding.replicas)
+  rules = sharding.logical_rules(cfg)
+  batch_sh = sharding.batch_sharding(mesh)
+  sharding.check_batch_divisible(cfg.batch_size, mesh)
+  return Placement(mesh, rules, batch_sh,
+                   sharding.process_batch_rows(batch_sh, cfg.batch_size))
+
+
+# ---------------------------------------------------------------------------
+# Input pipeline.
+
+
+class InputData(NamedTuple):
+  """The tokenizer, the pre-tokenized data and this process's batches."""
+  tokenizer: tokenizer_lib.Tokenizer
+  prepared: Any               # pretokenize.prepare's (or the mixture's).
+  train_iter: Any             # Grain iterator of local training batches;
+                              # checkpointed with the state.
+  eval_batches: list[dict]    # Local eval batches, the same every time.
+  global_spec: dict           # Feature -> (shape, dtype) of a global batch.
+  masking_cfg: Any            # What the masking audit compares against.
+  data_skipped: dict          # data_skipped_* -> count: what reading the
+                              # corpus dropped or repaired.
+
+
+def input_pipeline(cfg, saved_meta: dict | None, workdir: str,
+                   rows: np.ndarray) -> InputData:
+  """The data, built on first use (process 0 first) and then reused; this
+  process reads ``rows`` of each global batch. Audits the eval batches'
+  masking before anything is compiled."""
+  _say(f'tokenizer and pre-tokenized data under {cfg.data.data_dir} (built '
+       'on first use, then reused)')
+  with distributed.process_zero_first('input data'):
+    tokenizer, prepared = _prepare_data(cfg, saved_meta, workdir)
+  # In every logged step's metrics (data_skipped_*) and run_meta.json.
+  data_skipped = {f'data_skipped_{k}': v for k, v in prepared.skipped.items()}
+  if any(data_skipped.values()):
+    _say('warning: preparing the data skipped or repaired '
+         f'{pretokenize.format_skipped(prepared.skipped)} (what each count '
+         'means: data_pipelines/corpus.py SKIP_COUNTERS)')
+  train_iter = iter(pipeline.train_dataset(prepared, cfg, rows))
+  eval_batches = pipeline.eval_batches(prepared, cfg, rows)
+  masking_cfg = pipeline.masking_config(cfg, prepared)
+  if cfg.masking.audit_tolerance:  # Fail fast, before compiling.
+    masking_lib.audit(
+        masking_lib.summarize_statistics(
+            sum(b[pipeline.STATISTICS] for b in eval_batches)),
+        masking_cfg, cfg.masking.audit_tolerance, 'on the eval batches')
+  return InputData(tokenizer, prepared, train_iter, eval_batches,
+                   pipeline.batch_spec(cfg), masking_cfg, data_skipped)
+
+
 def check_tokenizer_matches(saved_meta: dict | None,
                             tokenizer: tokenizer_lib.Tokenizer,
                             workdir: str) -> None:
@@ -165,19 +331,6 @@ def check_tokenizer_matches(saved_meta: dict | None,
         f'{workdir!r} were trained with (sha256 '
         f'{saved_meta["tokenizer_sha256"][:12]}, {saved_meta["vocab_size"]} '
         'pieces). Use the original tokenizer model, or a new --workdir.')
-
-
-def _say(text: str) -> None:
-  """Prints on process 0 only (absl INFO is silenced by default)."""
-  if jax.process_index() == 0:
-    print(text, flush=True)
-
-
-def _write_json_atomic(path: str, value) -> None:
-  tmp = f'{path}.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
 
 
 def _prepare_data(cfg, saved_meta: dict | None, workdir: str):
@@ -201,11 +354,8 @@ def _prepare_data(cfg, saved_meta: dict | None, workdir: str):
                                         corpus_fingerprint=corpus_fingerprint)
 
 
-def most_frequent_token(unigram_counts: np.ndarray) -> int:
-  """The most frequent non-special token of the training split(s)."""
-  counts = unigram_counts.copy()
-  counts[:tokenizer_lib.NUM_SPECIAL] = -1
-  return int(np.argmax(counts))
+# ---------------------------------------------------------------------------
+# Task: the model's init, update and eval steps.
 
 
 def trainable_parameters(params, trainable=None) -> int:
@@ -215,19 +365,6 @@ def trainable_parameters(params, trainable=None) -> int:
     sizes = jax.tree.map(lambda n, t: n if t else 0, sizes,
                          trainable(nn.unbox(params)))
   return sum(jax.tree.leaves(sizes))
-
-
-def baseline_accuracy(batches: list[dict], token: int) -> float:
-  """Accuracy of always predicting ``token`` at the eval batches' positions.
-
-  ``batches`` are global (jax.Array, on every host) or local numpy batches.
-  """
-  hits = total = 0.0
-  for b in batches:
-    weights, ids = b['masked_weights'], b['masked_ids']
-    hits += float(jax.device_get((weights * (ids == token)).sum()))
-    total += float(jax.device_get(weights.sum()))
-  return hits / max(total, 1.0)
 
 
 class Steps(NamedTuple):
@@ -298,264 +435,241 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
   return Steps(init_state, train_step, eval_step)
 
 
-def compile_train_step(steps: Steps, mesh, state_sh, batch_sh,
-                       abstract_state, abstract_batch):
-  """The update step compiled ahead of time for these shardings; the
-  state's buffers are donated (updated in place)."""
-  return jax.jit(steps.train_step, in_shardings=(state_sh, batch_sh),
+
+# ---------------------------------------------------------------------------
+# Shard and compile.
+
+
+def compile_step(step_fn, mesh, state_sh, batch_sh, abstract_state,
+                 abstract_batch):
+  """``step_fn(state, batch) -> (state, metrics)`` compiled ahead of time
+  for these shardings (pretraining's and fine-tuning's); the state's buffers
+  are donated (updated in place), the metrics replicated."""
+  return jax.jit(step_fn, in_shardings=(state_sh, batch_sh),
                  out_shardings=(state_sh, sharding.replicated(mesh)),
                  donate_argnums=0).lower(abstract_state,
                                          abstract_batch).compile()
 
 
-def train_and_evaluate(cfg, workdir: str) -> dict:
-  """Trains per ``cfg`` in ``workdir`` (resuming if possible).
+def compile_train_step(steps: Steps, mesh, state_sh, batch_sh,
+                       abstract_state, abstract_batch):
+  """The update step compiled ahead of time for these shardings; the
+  state's buffers are donated (updated in place)."""
+  return compile_step(steps.train_step, mesh, state_sh, batch_sh,
+                      abstract_state, abstract_batch)
 
-  Returns the final eval metrics (``eval_mlm_accuracy`` etc.) together with
-  ``baseline_mlm_accuracy``, the accuracy of predicting the most frequent
-  token at the same positions.
-  """
-  # ---- Checks that read no data and write nothing.
-  objective = objectives.get(cfg.objective.name)
-  cfg = objective.prepare_config(cfg)   # E.g. a teacher's tokenizer.
-  config_lib.validate(cfg)
-  for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
-    logging.warning('config: %s', warning)
+
+class Compiled(NamedTuple):
+  """The state's shardings and the steps compiled for them."""
+  abstract_state: TrainState  # Shapes, dtypes and shardings; no buffers.
+  state_sh: TrainState        # The sharding of every leaf.
+  layout: str                 # Every parameter's layout (sharding.txt).
+  train_step: Any             # (state, global batch) -> (state, metrics).
+  eval_step: Any              # (params, global batch) -> metric sums.
+  seconds: float              # Compile time of both.
+  memory_text: str            # The train step's memory, for people.
+  memory_bytes: dict          # ... in bytes, for run_meta.json.
+
+
+def shard_and_compile(steps: Steps, place: Placement, global_spec: dict,
+                      workdir: str) -> Compiled:
+  """Shardings from the logical axes (the state is born sharded) and the
+  steps compiled ahead of time; under ``place``'s mesh and rules. Fails
+  here, before anything is written, when a device is too small."""
+  mesh, batch_sh = place.mesh, place.batch_sh
+  abstract_state, state_sh = sharding.state_shardings(steps.init_state,
+                                                      mesh, place.rules)
+  sharding.check_divisible(abstract_state, mesh)
+  layout, replicated_warnings = sharding.sharding_report(
+      abstract_state.params, mesh)
+  for warning in replicated_warnings:
+    logging.warning('sharding: %s', warning)
     _say(f'warning: {warning}')
-  is_mixture = mixture_lib.is_mixture(cfg.data)
-  if is_mixture:  # Every component, before any of them is built.
-    mixture_lib.validate(cfg.data)
-  else:
-    corpus_lib.validate(corpus_lib.CorpusSpec.from_config(cfg.data.corpus))
-  if cfg.init_from and checkpoint_lib.latest_step(
-      os.path.join(cfg.init_from, 'checkpoints')) is None:
-    raise ResumeError(f'init_from={cfg.init_from!r} has no checkpoint.')
-  if '://' in workdir:
-    raise ValueError(f'--workdir={workdir!r}: the workdir is written through '
-                     'the local filesystem; for a bucket, mount it (gcsfuse) '
-                     'and give the mounted path.')
-  saved_meta = check_resume_compatible(workdir, cfg)
-  is_main = jax.process_index() == 0
-  num_train_steps = cfg.num_train_steps or cfg.total_steps
+  _say(f'parameters: {layout.splitlines()[-1]} (the layout of every leaf '
+       f'is in {os.path.join(workdir, _SHARDING_REPORT)})')
+  abstract_batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sh)
+                    for k, (shape, dtype) in global_spec.items()}
+  t0 = time.time()
+  step_fn = compile_train_step(steps, mesh, state_sh, batch_sh,
+                               abstract_state, abstract_batch)
+  eval_fn = jax.jit(steps.eval_step,
+                    in_shardings=(state_sh.params, batch_sh),
+                    out_shardings=sharding.replicated(mesh))
+  seconds = time.time() - t0
+  memory_text, memory_bytes = sharding.memory_report(
+      step_fn, jax.local_devices()[0])
+  logging.info('train step: %s', memory_text)
+  _say(f'compiled the train step in {seconds:.1f}s; {memory_text}')
+  return Compiled(abstract_state, state_sh, layout, step_fn, eval_fn,
+                  seconds, memory_text, memory_bytes)
 
-  # ---- Mesh, and the rows of each global batch this process reads.
-  mesh = sharding.make_mesh(cfg.sharding.mesh_shape, cfg.sharding.replicas)
-  rules = sharding.logical_rules(cfg)
-  batch_sh = sharding.batch_sharding(mesh)
-  sharding.check_batch_divisible(cfg.batch_size, mesh)
-  rows = sharding.process_batch_rows(batch_sh, cfg.batch_size)
-  _say(f'mesh {dict(mesh.shape)} over {mesh.size} device(s) '
-       f'({jax.devices()[0].device_kind}), {jax.process_count()} '
-       f'process(es); each reads {len(rows)} of the {cfg.batch_size} rows '
-       'of a batch')
 
-  # ---- Input pipeline (the tokenizer is checked before the data is built).
-  _say(f'tokenizer and pre-tokenized data under {cfg.data.data_dir} (built '
-       'on first use, then reused)')
-  with distributed.process_zero_first('input data'):
-    tokenizer, prepared = _prepare_data(cfg, saved_meta, workdir)
-  # What reading the corpus dropped or repaired, in every logged step's
-  # metrics (data_skipped_*) and run_meta.json.
-  data_skipped = {f'data_skipped_{k}': v for k, v in prepared.skipped.items()}
-  if any(data_skipped.values()):
-    _say('warning: preparing the data skipped or repaired '
-         f'{pretokenize.format_skipped(prepared.skipped)} (what each count '
-         'means: data_pipelines/corpus.py SKIP_COUNTERS)')
-  vocab_size = tokenizer_lib.padded_vocab_size(tokenizer.vocab_size)
-  train_iter = iter(pipeline.train_dataset(prepared, cfg, rows))
-  eval_batches = pipeline.eval_batches(prepared, cfg, rows)
-  spec = pipeline.batch_spec(cfg, len(rows))
-  masking_cfg = pipeline.masking_config(cfg, prepared)
-  audit_tolerance = cfg.masking.audit_tolerance
-  if audit_tolerance:  # Fail fast, before compiling: audit the eval batches.
-    masking_lib.audit(
-        masking_lib.summarize_statistics(
-            sum(b[pipeline.STATISTICS] for b in eval_batches)),
-        masking_cfg, audit_tolerance, 'on the eval batches')
-  global_spec = pipeline.batch_spec(cfg)
+# ---------------------------------------------------------------------------
+# Restore a checkpoint, or initialize: the first writes to the workdir.
 
-  # ---- Model and optimizer.
-  task = objective.make_task(cfg, vocab_size)
-  steps = make_steps(cfg, task, global_spec)
 
-  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-    # ---- Shard: the state is born sharded.
-    abstract_state, state_sh = sharding.state_shardings(steps.init_state,
-                                                        mesh, rules)
-    sharding.check_divisible(abstract_state, mesh)
-    layout, replicated_warnings = sharding.sharding_report(
-        abstract_state.params, mesh)
-    for warning in replicated_warnings:
-      logging.warning('sharding: %s', warning)
-      _say(f'warning: {warning}')
-    _say(f'parameters: {layout.splitlines()[-1]} (the layout of every leaf '
-         f'is in {os.path.join(workdir, _SHARDING_REPORT)})')
-    abstract_batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sh)
-                      for k, (shape, dtype) in global_spec.items()}
+def write_run_files(cfg, workdir: str, data: InputData, task: objectives.Task,
+                    place: Placement, compiled: Compiled) -> None:
+  """``run_meta.json`` (what a resume is checked against), the sharding
+  report and the tokenizer, written by process 0 into ``workdir``, which
+  every process must see."""
+  os.makedirs(workdir, exist_ok=True)
+  distributed.check_shared_directory(workdir)
+  if jax.process_index() != 0:
+    return
+  mesh = place.mesh
+  write_json_atomic(os.path.join(workdir, _RUN_META), {
+      'identity': run_identity(cfg),
+      'tokenizer_sha256': data.tokenizer.sha256,
+      'vocab_size': data.tokenizer.vocab_size, 'config': cfg.to_dict(),
+      'trainable_parameters': trainable_parameters(
+          compiled.abstract_state.params, task.trainable),
+      'flops_per_token': task.flops_per_token,
+      'mesh': dict(mesh.shape), 'processes': jax.process_count(),
+      'step_memory_bytes': compiled.memory_bytes,
+      'data_skipped': data.prepared.skipped})
+  with open(os.path.join(workdir, _SHARDING_REPORT), 'w') as f:
+    f.write(f'mesh {dict(mesh.shape)}\n{compiled.layout}\n')
+  data.tokenizer.save(os.path.join(workdir, 'tokenizer.model'))
 
-    def to_global(batch):
-      return sharding.make_global_batch({k: batch[k] for k in spec},
-                                        batch_sh, cfg.batch_size)
 
-    # ---- Update step, compiled ahead of time.
-    t0 = time.time()
-    step_fn = compile_train_step(steps, mesh, state_sh, batch_sh,
-                                 abstract_state, abstract_batch)
-    eval_fn = jax.jit(steps.eval_step,
-                      in_shardings=(state_sh.params, batch_sh),
-                      out_shardings=sharding.replicated(mesh))
-    compile_seconds = time.time() - t0
-    # Fails here, before anything is written, when a device is too small.
-    memory_text, memory_bytes = sharding.memory_report(
-        step_fn, jax.local_devices()[0])
-    logging.info('train step: %s', memory_text)
-    _say(f'compiled the train step in {compile_seconds:.1f}s; {memory_text}')
+def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
+                    steps: Steps, compiled: Compiled,
+                    train_iter) -> TrainState:
+  """The newest intact checkpoint in ``workdir`` (``train_iter`` resumes
+  with it; corrupt ones are set aside, kept), else ``cfg.init_from``'s
+  parameters or state, else a fresh state; born sharded."""
+  abstract_state, state_sh = compiled.abstract_state, compiled.state_sh
+  # A checkpoint written before the divergence counters existed gets
+  # fresh ones.
+  restored = ckpt.restore_latest(
+      abstract_state, train_iter, say=_say,
+      defaults=lambda: {'health': jax.jit(
+          divergence.init_health, out_shardings=state_sh.health)()})
+  if restored is not None:
+    state, latest = restored
+    _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+    return state
+  if cfg.init_from and checkpoint_lib.is_params_only(cfg.init_from):
+    # An imported checkpoint (experiments/import_hf.py): its parameters,
+    # with this run's fresh optimizer state.
+    state = sharding.create_sharded(steps.init_state, state_sh).replace(
+        params=checkpoint_lib.restore_params(cfg.init_from,
+                                             abstract_state.params))
+    _say(f'initialized from the parameters imported in {cfg.init_from}')
+    return state
+  if cfg.init_from:
+    return _init_from(cfg.init_from, abstract_state)
+  return sharding.create_sharded(steps.init_state, state_sh)
 
-    # ---- Load checkpoint, or initialize. First write to the workdir.
-    os.makedirs(workdir, exist_ok=True)
-    distributed.check_shared_directory(workdir)
-    if is_main:
-      _write_json_atomic(os.path.join(workdir, _RUN_META), {
-          'identity': run_identity(cfg), 'tokenizer_sha256': tokenizer.sha256,
-          'vocab_size': tokenizer.vocab_size, 'config': cfg.to_dict(),
-          'trainable_parameters': trainable_parameters(
-              abstract_state.params, task.trainable),
-          'flops_per_token': task.flops_per_token,
-          'mesh': dict(mesh.shape), 'processes': jax.process_count(),
-          'step_memory_bytes': memory_bytes,
-          'data_skipped': prepared.skipped})
-      with open(os.path.join(workdir, _SHARDING_REPORT), 'w') as f:
-        f.write(f'mesh {dict(mesh.shape)}\n{layout}\n')
-      tokenizer.save(os.path.join(workdir, 'tokenizer.model'))
-    ckpt = checkpoint_lib.Checkpointer(
-        os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
-        cfg.keep_checkpoints)
-    # The newest intact checkpoint; corrupt ones are set aside (kept).
-    # A checkpoint written before the divergence counters existed gets
-    # fresh ones.
-    restored = ckpt.restore_latest(
-        abstract_state, train_iter, say=_say,
-        defaults=lambda: {'health': jax.jit(
-            divergence.init_health, out_shardings=state_sh.health)()})
-    if restored is not None:
-      state, latest = restored
-      _say(f'resumed from the checkpoint at step {latest} in {workdir}')
-    elif cfg.init_from and checkpoint_lib.is_params_only(cfg.init_from):
-      # An imported checkpoint (experiments/import_hf.py): its parameters,
-      # with this run's fresh optimizer state.
-      state = sharding.create_sharded(steps.init_state, state_sh).replace(
-          params=checkpoint_lib.restore_params(cfg.init_from,
-                                               abstract_state.params))
-      _say(f'initialized from the parameters imported in {cfg.init_from}')
-    elif cfg.init_from:
-      state = _init_from(cfg.init_from, abstract_state)
-    else:
-      state = sharding.create_sharded(steps.init_state, state_sh)
-    step = int(jax.device_get(state.step))
 
-    def evaluate(params) -> dict:
-      sums = None
-      for batch in eval_batches:
-        out = eval_fn(params, to_global(batch))
-        sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
-      return {f'eval_{k}': v for k, v in
-              losses.summarize(jax.device_get(sums)).items()}
+def _init_from(other_workdir: str, abstract_state):
+  """The latest state of another run (e.g. phase 1 for phase 2)."""
+  directory = os.path.join(other_workdir, 'checkpoints')
+  step = checkpoint_lib.latest_step(directory)
+  if step is None:
+    raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
+  with ocp.CheckpointManager(
+      os.path.abspath(directory),
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state)))
+  _say(f'initialized from {other_workdir} step {step}')
+  return restored['state']
 
-    # ---- Train loop.
-    writer = metric_writers.MetricWriter(workdir, num_train_steps, step,
-                                         enabled=is_main)
-    monitor = divergence.Monitor(
+
+# ---------------------------------------------------------------------------
+# Train loop.
+
+
+class TrainLoop:
+  """The train loop and its hooks (evaluate, log, save), over what they
+  share: the compiled steps, the data, the checkpointer, the metric writer
+  and the divergence monitor.
+
+  A logged step's metrics are fetched after the next step is dispatched, so
+  the device never waits for the host; they are fetched at once where a
+  checkpoint follows (no checkpoint after an unseen divergence) and at the
+  last step.
+  """
+
+  def __init__(self, cfg, workdir: str, place: Placement, data: InputData,
+               compiled: Compiled, ckpt: checkpoint_lib.Checkpointer,
+               flops_per_token: float, state: TrainState):
+    self._cfg, self._workdir, self._place = cfg, workdir, place
+    self._data, self._compiled, self._ckpt = data, compiled, ckpt
+    self._flops_per_token = flops_per_token
+    self.num_train_steps = cfg.num_train_steps or cfg.total_steps
+    first_step = int(jax.device_get(state.step))
+    self.writer = metric_writers.MetricWriter(
+        workdir, self.num_train_steps, first_step,
+        enabled=jax.process_index() == 0)
+    self._monitor = divergence.Monitor(
         cfg.divergence.policy, cfg.divergence.halt_after,
-        cfg.divergence.spike_factor, writer.message,
+        cfg.divergence.spike_factor, self.writer.message,
         start=jax.device_get(state.health))
+    # The devices' peak FLOP/s (None: unknown), for MFU.
+    self._peak = flops.peak_flops(place.mesh.devices.flat[0].device_kind)
+    self.writer.message(
+        f'training steps {first_step}..{self.num_train_steps} on '
+        f'{place.mesh.size} device(s); compile {compiled.seconds:.1f}s; '
+        f'{flops_per_token / 1e9:.3f} GFLOP per token; '
+        f'{compiled.memory_text}')
+    self._t_last = time.time()   # When the last logged step was written.
 
-    def last_checkpoint() -> str:
-      latest = ckpt.latest_step()
-      return ('none (no checkpoint was written)' if latest is None else
-              f'step {latest} in {ckpt.directory}')
-    peak = flops.peak_flops(mesh.devices.flat[0].device_kind)
-    writer.message(f'training steps {step}..{num_train_steps} on '
-                   f'{mesh.size} device(s); compile {compile_seconds:.1f}s; '
-                   f'{task.flops_per_token / 1e9:.3f} GFLOP per token; '
-                   f'{memory_text}')
-    tokens, t_last = 0, time.time()
+  def to_global(self, batch: dict) -> dict:
+    """This process's rows of a batch as the global batch (jax.Array)."""
+    return sharding.make_global_batch(
+        {k: batch[k] for k in self._data.global_spec}, self._place.batch_sh,
+        self._cfg.batch_size)
 
-    def log(entry: dict) -> None:
-      """Writes a logged step's metrics, fetched now (waiting for it)."""
-      nonlocal t_last
-      step_logged, metrics = entry['step'], jax.device_get(entry['metrics'])
-      monitor.check(step_logged, metrics['health'], last_checkpoint())
-      now = time.time()
-      summary = losses.summarize(metrics)
-      summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
-                     learning_rate=metrics['learning_rate'])
-      summary.update({k: metrics['health'][k] for k in divergence.LOGGED})
-      # Achieved model FLOP/s (analytic, real tokens) and, where the device's
-      # peak is known, MFU: timings, kept apart from the metrics that a
-      # rerun reproduces byte for byte.
-      timing = {'tokens_per_second': entry['tokens'] / max(now - t_last,
-                                                           1e-9)}
-      timing['tflops_per_second'] = (timing['tokens_per_second']
-                                     * task.flops_per_token / 1e12)
-      if peak:
-        timing['mfu'] = timing['tflops_per_second'] * 1e12 / (
-            peak * mesh.size)
-      # Masking telemetry of the logged step's batch (like the metrics).
-      masking_summary = masking_lib.summarize_statistics(entry['statistics'])
-      if audit_tolerance:
-        masking_lib.audit(masking_summary, masking_cfg, audit_tolerance,
-                          f'at step {step_logged}')
-      summary.update(masking_summary)
-      summary.update(entry['eval'])
-      summary.update(data_skipped)
-      writer.write(step_logged, summary, timing)
-      t_last = now
+  def evaluate(self, params) -> dict:
+    """``eval_*`` metrics of ``params`` over every eval batch."""
+    sums = None
+    for batch in self._data.eval_batches:
+      out = self._compiled.eval_step(params, self.to_global(batch))
+      sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
+    return {f'eval_{k}': v for k, v in
+            losses.summarize(jax.device_get(sums)).items()}
 
-    def save(force: bool = False) -> None:
-      """A checkpoint of ``step`` if due (or ``force``), after the divergence
-      check (its counters are fetched with the state) and after the metrics
-      written so far reach the disk."""
-      if not (force or ckpt.is_due(step)):
-        return
-      monitor.check(step, jax.device_get(state.health), last_checkpoint())
-      writer.sync()
-      ckpt.save(step, state, train_iter, force=True)
-
-    # A logged step's metrics are fetched after the next step is dispatched,
-    # so the device never waits for the host; they are fetched at once where
-    # a checkpoint follows (no checkpoint after an unseen divergence) and at
-    # the last step.
-    pending, preempted = None, False
+  def run(self, state: TrainState) -> TrainState:
+    """Trains from ``state``'s step to the last one, checkpointing when due
+    and at the end; a preemption notice checkpoints the next step and
+    raises ``preemption.Preempted``."""
+    cfg, ckpt, train_iter = self._cfg, self._ckpt, self._data.train_iter
+    step = int(jax.device_get(state.step))
+    tokens, pending, preempted = 0, None, False
     try:
       with preemption.PreemptionWatch() as watch:
-        while step < num_train_steps:
+        while step < self.num_train_steps:
           batch = next(train_iter)
           tokens += int(batch['attention_mask'].sum()) * jax.process_count()
-          state, metrics = step_fn(state, to_global(batch))
+          state, metrics = self._compiled.train_step(state,
+                                                     self.to_global(batch))
           step += 1
           ckpt.check()   # A failed background save stops the run now.
-          writer.advance(step)
+          self.writer.advance(step)
           if pending is not None:
-            log(pending)
+            self._log(pending)
             pending = None
-          last = step == num_train_steps
+          last = step == self.num_train_steps
           if step % cfg.log_every_steps == 0 or last:
             for value in jax.tree.leaves(metrics):
               value.copy_to_host_async()
             entry = {'step': step, 'metrics': metrics, 'tokens': tokens,
                      'statistics': batch[pipeline.STATISTICS],
-                     'eval': (evaluate(state.params)
+                     'eval': (self.evaluate(state.params)
                               if step % cfg.eval_every_steps == 0 or last
                               else {})}
             tokens = 0
             if last or ckpt.is_due(step):
-              log(entry)
+              self._log(entry)
             else:
               pending = entry
           preempted = not last and watch.reached(step)
           if preempted and pending is not None:
-            log(pending)
-          save(force=last or preempted)
+            self._log(pending)
+          self._save(step, state, force=last or preempted)
           if preempted:
             break
     except BaseException:
@@ -567,41 +681,105 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     ckpt.close()         # Waits until the last checkpoint is written.
     train_iter.close()   # Stops Grain's workers and frees their buffers.
     if preempted:
-      writer.message(f'preemption notice: saved the checkpoint at step '
-                     f'{step}; exiting with status '
-                     f'{preemption.EXIT_PREEMPTED} to be relaunched.')
-      writer.close()
-      raise preemption.Preempted(step, workdir)
+      self.writer.message(f'preemption notice: saved the checkpoint at step '
+                          f'{step}; exiting with status '
+                          f'{preemption.EXIT_PREEMPTED} to be relaunched.')
+      self.writer.close()
+      raise preemption.Preempted(step, self._workdir)
+    return state
 
-    # ---- Final evaluation against the most-frequent-token baseline.
-    final = evaluate(state.params)
-    token = most_frequent_token(prepared.train_unigram_counts)
-    final['baseline_mlm_accuracy'] = baseline_accuracy(
-        [to_global(b) for b in eval_batches], token)
-    writer.message(
-        f'final held-out MLM accuracy {final["eval_mlm_accuracy"]:.4f}; '
-        f'always predicting the most frequent token '
-        f'({tokenizer.id_to_piece(token)!r}) scores '
-        f'{final["baseline_mlm_accuracy"]:.4f} on the same positions '
-        f'({final["eval_mlm_accuracy"] / max(final["baseline_mlm_accuracy"], 1e-9):.2f}x).')
-    writer.close()
-    return final
+  def _last_checkpoint(self) -> str:
+    latest = self._ckpt.latest_step()
+    return ('none (no checkpoint was written)' if latest is None else
+            f'step {latest} in {self._ckpt.directory}')
+
+  def _log(self, entry: dict) -> None:
+    """Writes a logged step's metrics, fetched now (waiting for them), after
+    the divergence check."""
+    step, metrics = entry['step'], jax.device_get(entry['metrics'])
+    self._monitor.check(step, metrics['health'], self._last_checkpoint())
+    now = time.time()
+    summary = losses.summarize(metrics)
+    summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
+                   learning_rate=metrics['learning_rate'])
+    summary.update({k: metrics['health'][k] for k in divergence.LOGGED})
+    # Achieved model FLOP/s (analytic, real tokens) and, where the device's
+    # peak is known, MFU: timings, kept apart from the metrics that a rerun
+    # reproduces byte for byte.
+    timing = {'tokens_per_second': entry['tokens'] / max(now - self._t_last,
+                                                         1e-9)}
+    timing['tflops_per_second'] = (timing['tokens_per_second']
+                                   * self._flops_per_token / 1e12)
+    if self._peak:
+      timing['mfu'] = timing['tflops_per_second'] * 1e12 / (
+          self._peak * self._place.mesh.size)
+    # Masking telemetry of the logged step's batch (like the metrics).
+    masking_summary = masking_lib.summarize_statistics(entry['statistics'])
+    if self._cfg.masking.audit_tolerance:
+      masking_lib.audit(masking_summary, self._data.masking_cfg,
+                        self._cfg.masking.audit_tolerance, f'at step {step}')
+    summary.update(masking_summary)
+    summary.update(entry['eval'])
+    summary.update(self._data.data_skipped)
+    self.writer.write(step, summary, timing)
+    self._t_last = now
+
+  def _save(self, step: int, state: TrainState, force: bool) -> None:
+    """A checkpoint of ``step`` if due (or ``force``), after the divergence
+    check (its counters are fetched with the state) and after the metrics
+    written so far reach the disk."""
+    if not (force or self._ckpt.is_due(step)):
+      return
+    self._monitor.check(step, jax.device_get(state.health),
+                        self._last_checkpoint())
+    self.writer.sync()
+    self._ckpt.save(step, state, self._data.train_iter, force=True)
 
 
-def _init_from(other_workdir: str, abstract_state):
-  """The latest state of another run (e.g. phase 1 for phase 2)."""
-  directory = os.path.join(other_workdir, 'checkpoints')
-  step = checkpoint_lib.latest_step(directory)
-  if step is None:
-    raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  with ocp.CheckpointManager(
-      os.path.abspath(directory),
-      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state)))
-  _say(f'initialized from {other_workdir} step {step}')
-  return restored['state']
+# ---------------------------------------------------------------------------
+# Final evaluation against the most-frequent-token baseline.
+
+
+def final_evaluation(loop: TrainLoop, params, data: InputData) -> dict:
+  """``loop.evaluate(params)`` and ``baseline_mlm_accuracy``: always
+  predicting the training data's most frequent token at the same masked
+  positions. Prints both and closes the metric writer."""
+  final = loop.evaluate(params)
+  token = most_frequent_token(data.prepared.train_unigram_counts)
+  final['baseline_mlm_accuracy'] = baseline_accuracy(
+      [loop.to_global(b) for b in data.eval_batches], token)
+  loop.writer.message(
+      f'final held-out MLM accuracy {final["eval_mlm_accuracy"]:.4f}; '
+      f'always predicting the most frequent token '
+      f'({data.tokenizer.id_to_piece(token)!r}) scores '
+      f'{final["baseline_mlm_accuracy"]:.4f} on the same positions '
+      f'({final["eval_mlm_accuracy"] / max(final["baseline_mlm_accuracy"], 1e-9):.2f}x).')
+  loop.writer.close()
+  return final
+
+
+def most_frequent_token(unigram_counts: np.ndarray) -> int:
+  """The most frequent non-special token of the training split(s)."""
+  counts = unigram_counts.copy()
+  counts[:tokenizer_lib.NUM_SPECIAL] = -1
+  return int(np.argmax(counts))
+
+
+def baseline_accuracy(batches: list[dict], token: int) -> float:
+  """Accuracy of always predicting ``token`` at the eval batches' positions.
+
+  ``batches`` are global (jax.Array, on every host) or local numpy batches.
+  """
+  hits = total = 0.0
+  for b in batches:
+    weights, ids = b['masked_weights'], b['masked_ids']
+    hits += float(jax.device_get((weights * (ids == token)).sum()))
+    total += float(jax.device_get(weights.sum()))
+  return hits / max(total, 1.0)
+
+
+# ---------------------------------------------------------------------------
+# Entry point.
 
 
 def main(argv) -> None:
