@@ -36,7 +36,7 @@ import json
 import math
 import os
 import time
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import flax
 import flax.linen as nn
@@ -300,6 +300,31 @@ def unfreeze_depth(path: tuple[str, ...], model_cfg) -> int:
   return top
 
 
+def unfreeze_gate(tree: dict, step, model_cfg, unfreeze_every: int) -> dict:
+  """``tree`` (gradients or updates, laid out as the parameters) zeroed
+  where gradual unfreezing has not reached at ``step`` (a traced int): one
+  more layer down every ``unfreeze_every`` steps."""
+  top = model_cfg.num_layers + 1
+
+  def unfrozen(path):
+    """1.0 where gradual unfreezing has reached ``path`` at ``step``."""
+    depth = unfreeze_depth(path, model_cfg)
+    return (depth >= top - step // unfreeze_every).astype(jnp.float32)
+
+  return flax.traverse_util.unflatten_dict({
+      k: v * unfrozen(k).astype(v.dtype)
+      for k, v in flax.traverse_util.flatten_dict(tree).items()})
+
+
+def parameter_counts(params, cfg) -> tuple[int, int]:
+  """(trainable in ``cfg.mode``, all): numbers of parameters (``params``
+  abstract or real)."""
+  sizes = {k: int(np.prod(v.shape)) for k, v in
+           flax.traverse_util.flatten_dict(params).items()}
+  return (sum(n for k, n in sizes.items() if is_trainable(k, cfg)),
+          sum(sizes.values()))
+
+
 # ---------------------------------------------------------------------------
 # Data: the task, encoded once, batched as a function of (seed, step).
 
@@ -348,6 +373,51 @@ def _encode(cfg, task, examples, tokenizer) -> dict:
   return downstream.encode(task.kind, examples, tokenizer,
                            cfg.max_seq_length, doc_stride=cfg.doc_stride,
                            max_query_length=cfg.max_query_length)
+
+
+class TaskData(NamedTuple):
+  """The task and its examples encoded as model rows: feature ->
+  [rows, ...] numpy (``input_ids`` etc. [rows, max_seq_length])."""
+  task: downstream.Task       # Its training examples less the dev split.
+  dev_task: downstream.Task | None   # The dev split as its eval set.
+  train: dict
+  eval: dict
+  dev: dict | None
+
+  @property
+  def features(self) -> tuple[str, ...]:
+    """What a training batch holds: the inputs and the kind's labels."""
+    return _INPUTS + _LABELS[self.task.kind]
+
+
+def encode_task(cfg, tokenizer: tokenizer_lib.Tokenizer) -> TaskData:
+  """``cfg.task`` (less its dev split) encoded once with ``tokenizer`` (the
+  pretrained run's)."""
+  try:
+    task, dev_task = load_task(cfg)
+  except downstream.TaskError as e:
+    raise FinetuneError(f'task: {e}') from e
+  return TaskData(
+      task, dev_task, _encode(cfg, task, task.train, tokenizer),
+      _encode(cfg, task, task.eval, tokenizer),
+      (_encode(cfg, dev_task, dev_task.eval, tokenizer)
+       if dev_task else None))
+
+
+def plan_steps(cfg, num_rows: int, max_positions: int) -> tuple[int, int]:
+  """(total_steps, unfreeze_every): ``cfg.num_epochs`` epochs of full
+  batches over ``num_rows`` training rows, and the steps between gradual
+  unfreezing's layers (default: one epoch)."""
+  if num_rows < cfg.batch_size:
+    raise FinetuneError(f'the task has {num_rows} training rows, fewer than '
+                        f'batch_size={cfg.batch_size}: lower batch_size.')
+  if cfg.max_seq_length > max_positions:
+    raise FinetuneError(
+        f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
+        f'{max_positions} positions.')
+  steps_per_epoch = num_rows // cfg.batch_size
+  total_steps = max(1, math.ceil(cfg.num_epochs * steps_per_epoch))
+  return total_steps, cfg.unfreeze_every_steps or steps_per_epoch
 
 
 def batch_rows(seed: int, step: int, num_rows: int, batch_size: int
@@ -452,29 +522,13 @@ def finetune(cfg, workdir: str) -> dict:
   _check_resume(workdir, cfg)
   pretrained = load_pretrained(cfg.init, cfg.init_step)
   model_cfg = downstream_config(cfg, pretrained)
-  is_main = jax.process_index() == 0
 
   # ---- Task, encoded with the pretrained run's tokenizer.
-  try:
-    task, dev_task = load_task(cfg)
-  except downstream.TaskError as e:
-    raise FinetuneError(f'task: {e}') from e
-  train_data = _encode(cfg, task, task.train, pretrained.tokenizer)
-  eval_data = _encode(cfg, task, task.eval, pretrained.tokenizer)
-  dev_data = (_encode(cfg, dev_task, dev_task.eval, pretrained.tokenizer)
-              if dev_task else None)
-  num_rows = len(train_data['input_ids'])
-  if num_rows < cfg.batch_size:
-    raise FinetuneError(f'the task has {num_rows} training rows, fewer than '
-                        f'batch_size={cfg.batch_size}: lower batch_size.')
-  if cfg.max_seq_length > model_cfg.max_position_embeddings:
-    raise FinetuneError(
-        f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
-        f'{model_cfg.max_position_embeddings} positions.')
-  steps_per_epoch = num_rows // cfg.batch_size
-  total_steps = max(1, math.ceil(cfg.num_epochs * steps_per_epoch))
-  unfreeze_every = cfg.unfreeze_every_steps or steps_per_epoch
-  features = _INPUTS + _LABELS[task.kind]
+  data = encode_task(cfg, pretrained.tokenizer)
+  task, dev_task = data.task, data.dev_task
+  num_rows = len(data.train['input_ids'])
+  total_steps, unfreeze_every = plan_steps(
+      cfg, num_rows, model_cfg.max_position_embeddings)
   _say(f'task {task.name} ({task.kind}, {task.num_labels} labels): '
        f'{len(task.train)} train / {len(dev_task.eval) if dev_task else 0} '
        f'dev / {len(task.eval)} eval examples, '
@@ -482,17 +536,88 @@ def finetune(cfg, workdir: str) -> dict:
        f'{total_steps} steps of {cfg.batch_size}; mode {cfg.mode}; '
        f'{cfg.init_weights} weights from {cfg.init} step {pretrained.step}')
 
-  # ---- Mesh.
-  mesh = sharding.make_mesh(cfg.sharding.mesh_shape, cfg.sharding.replicas)
-  rules = sharding.logical_rules(cfg)
-  batch_sh = sharding.batch_sharding(mesh)
-  sharding.check_batch_divisible(cfg.batch_size, mesh)
-  rows = sharding.process_batch_rows(batch_sh, cfg.batch_size)
+  # ---- Mesh, and the rows of each global batch this process reads.
+  place = train_lib.make_placement(cfg)
 
   # ---- Model and optimizer (on the trainable parameters only).
   model = heads.DownstreamModel(model_cfg, task.kind, task.num_labels,
                                 layer_mix=cfg.mode == 'weighted_layers',
                                 pooling=cfg.pooling)
+  steps = make_steps(cfg, model, total_steps, unfreeze_every)
+
+  with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
+    # ---- Shard (the state is born sharded), compile ahead of time.
+    compiled = shard_and_compile(steps, place, data, cfg.batch_size)
+
+    # ---- Restore a checkpoint, or initialize from the pretrained encoder.
+    os.makedirs(workdir, exist_ok=True)
+    ckpt = checkpoint_lib.Checkpointer(
+        os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
+        cfg.keep_checkpoints)
+    state = restore_or_init(cfg, workdir, ckpt, steps, compiled, pretrained)
+    if jax.process_index() == 0:
+      train_lib.write_json_atomic(os.path.join(workdir, _META), {
+          'identity': _identity(cfg), 'config': cfg.to_dict()})
+    trained, parameters = parameter_counts(compiled.abstract_state.params,
+                                           cfg)
+    _say(f'{trained:,} of {parameters:,} parameters train')
+
+    # ---- Train loop.
+    loop = FinetuneLoop(cfg, workdir, place, data, compiled, ckpt,
+                        total_steps, state)
+    state = loop.run(state)
+
+    # ---- Held-out evaluation (and the dev split's).
+    eval_logits = loop.predict_all(state.params, data.eval)
+    final = evaluate_task(task, eval_logits, data.eval, cfg)
+    dev = (evaluate_task(dev_task, loop.predict_all(state.params, data.dev),
+                         data.dev, cfg) if dev_task else None)
+
+  # ---- downstream.json, for the compare tool.
+  result = {'task': task.name, 'kind': task.kind, 'mode': cfg.mode,
+            'init': os.path.abspath(cfg.init), 'init_step': pretrained.step,
+            'init_weights': cfg.init_weights, 'steps': total_steps,
+            'headline': task.metrics[0], 'metrics': final,
+            'trainable_parameters': trained, 'parameters': parameters}
+  if dev is not None:
+    result['dev_metrics'] = dev
+    result['dev_examples'] = len(dev_task.eval)
+  if task.kind in _PER_EXAMPLE:   # For intervals over held-out examples.
+    result.update(per_example_predictions(task.kind, eval_logits,
+                                          data.eval['label']))
+  if jax.process_index() == 0:
+    train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
+  loop.writer.message(f'{task.name}: ' + ', '.join(
+      f'{k} {v:.4f}' for k, v in final.items()) + (
+          '; dev ' + ', '.join(f'{k} {v:.4f}' for k, v in dev.items())
+          if dev is not None else ''))
+  loop.writer.close()
+  return result
+
+
+# ---------------------------------------------------------------------------
+# Model and optimizer: the init, update and predict steps.
+
+
+class Steps(NamedTuple):
+  """What fine-tuning runs on the devices, before it is sharded and
+  compiled.
+
+  ``init_state()`` -> ``TrainState`` (optimizer state of the trainable
+  parameters only); ``train_step(state, batch)`` -> (state, metrics);
+  ``predict(params, batch)`` -> the head's logits.
+  """
+  init_state: Callable[[], train_lib.TrainState]
+  train_step: Callable[[train_lib.TrainState, dict],
+                       tuple[train_lib.TrainState, dict]]
+  predict: Callable[[Any, dict], jax.Array]
+
+
+def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
+               unfreeze_every: int) -> Steps:
+  """``model``'s steps with ``cfg``'s optimizer over ``total_steps`` (its
+  warmup a proportion of them); only ``cfg.mode``'s trainable parameters
+  train (gradual unfreezing: those reached so far)."""
   schedule_cfg = ml_collections.ConfigDict({
       'total_steps': total_steps,
       'optimizer': dict(cfg.optimizer.to_dict(), warmup_steps=round(
@@ -510,18 +635,10 @@ def finetune(cfg, workdir: str) -> dict:
     return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                                 opt_state=tx.init(trainable))
 
-  def unfrozen(path, step):
-    """1.0 where gradual unfreezing has reached ``path`` at ``step``."""
-    depth = unfreeze_depth(path, model_cfg)
-    top = model_cfg.num_layers + 1
-    return (depth >= top - step // unfreeze_every).astype(jnp.float32)
-
   def gate(tree, step):
     if cfg.mode != 'gradual_unfreeze':
       return tree
-    return flax.traverse_util.unflatten_dict({
-        k: v * unfrozen(k, step).astype(v.dtype)
-        for k, v in flax.traverse_util.flatten_dict(tree).items()})
+    return unfreeze_gate(tree, step, model.cfg, unfreeze_every)
 
   def train_step(state, batch):
     trainable, frozen = split(state.params, cfg)
@@ -532,7 +649,7 @@ def finetune(cfg, workdir: str) -> dict:
                            batch['input_ids'], batch['token_type_ids'],
                            batch['attention_mask'], deterministic=False,
                            rngs={'dropout': key})
-      return task_loss(task.kind, logits, batch)
+      return task_loss(model.kind, logits, batch)
 
     loss, grads = jax.value_and_grad(loss_fn)(trainable)
     grads = gate(grads, state.step)
@@ -548,77 +665,118 @@ def finetune(cfg, workdir: str) -> dict:
     return model.apply({'params': params}, batch['input_ids'],
                        batch['token_type_ids'], batch['attention_mask'])
 
-  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-    abstract_state, state_sh = sharding.state_shardings(init_state, mesh,
-                                                        rules)
-    sharding.check_divisible(abstract_state, mesh)
-    abstract_batch = {
-        k: jax.ShapeDtypeStruct((cfg.batch_size,) + train_data[k].shape[1:],
-                                train_data[k].dtype, sharding=batch_sh)
-        for k in features}
-    step_fn = jax.jit(train_step, in_shardings=(state_sh, batch_sh),
-                      out_shardings=(state_sh, sharding.replicated(mesh)),
-                      donate_argnums=0).lower(abstract_state,
-                                              abstract_batch).compile()
-    predict_fn = jax.jit(predict, in_shardings=(state_sh.params, batch_sh),
-                         out_shardings=sharding.replicated(mesh))
+  return Steps(init_state, train_step, predict)
 
-    def to_global(data: dict, row_ids: np.ndarray, keys) -> dict:
-      return sharding.make_global_batch(
-          {k: data[k][row_ids[rows]] for k in keys}, batch_sh,
-          cfg.batch_size)
 
-    def predict_all(params, data: dict) -> np.ndarray:
-      """The head's logits on every row of ``data`` (the last batch padded
-      with repeats of row 0, whose outputs are dropped)."""
-      n = len(data['input_ids'])
-      outputs = []
-      for start in range(0, n, cfg.batch_size):
-        row_ids = np.arange(start, start + cfg.batch_size)
-        row_ids = np.where(row_ids < n, row_ids, 0)
-        outputs.append(np.asarray(jax.device_get(
-            predict_fn(params, to_global(data, row_ids, _INPUTS)))))
-      return np.concatenate(outputs)[:n]
+# ---------------------------------------------------------------------------
+# Shard and compile; restore or initialize.
 
-    def evaluate(params) -> dict[str, float]:
-      """The task's metrics on the whole eval set."""
-      return evaluate_task(task, predict_all(params, eval_data), eval_data,
-                           cfg)
 
-    # ---- Load checkpoint, or initialize from the pretrained encoder.
-    os.makedirs(workdir, exist_ok=True)
-    ckpt = checkpoint_lib.Checkpointer(
-        os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
-        cfg.keep_checkpoints)
-    latest = ckpt.latest_step()
-    if latest is not None:
-      state = ckpt.restore(latest, abstract_state, None)
-      _say(f'resumed from the checkpoint at step {latest} in {workdir}')
-    else:
-      state = sharding.create_sharded(init_state, state_sh)
-      if cfg.init_weights == 'pretrained':
-        state = state.replace(params=_load_encoder(
-            state.params, abstract_state.params, pretrained.params))
-    if is_main:
-      train_lib.write_json_atomic(os.path.join(workdir, _META), {
-          'identity': _identity(cfg), 'config': cfg.to_dict()})
+class Compiled(NamedTuple):
+  """The state's shardings and the steps compiled for them."""
+  abstract_state: train_lib.TrainState   # Shapes, dtypes and shardings.
+  state_sh: train_lib.TrainState         # The sharding of every leaf.
+  train_step: Any             # (state, global batch) -> (state, metrics).
+  predict: Any                # (params, global batch) -> logits.
+
+
+def shard_and_compile(steps: Steps, place: train_lib.Placement,
+                      data: TaskData, batch_size: int) -> Compiled:
+  """Shardings from the logical axes (the state is born sharded) and the
+  update step compiled ahead of time; under ``place``'s mesh and rules."""
+  abstract_state, state_sh = sharding.state_shardings(
+      steps.init_state, place.mesh, place.rules)
+  sharding.check_divisible(abstract_state, place.mesh)
+  abstract_batch = {
+      k: jax.ShapeDtypeStruct((batch_size,) + data.train[k].shape[1:],
+                              data.train[k].dtype, sharding=place.batch_sh)
+      for k in data.features}
+  train_step = train_lib.compile_step(steps.train_step, place.mesh, state_sh,
+                                      place.batch_sh, abstract_state,
+                                      abstract_batch)
+  predict = jax.jit(steps.predict,
+                    in_shardings=(state_sh.params, place.batch_sh),
+                    out_shardings=sharding.replicated(place.mesh))
+  return Compiled(abstract_state, state_sh, train_step, predict)
+
+
+def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
+                    steps: Steps, compiled: Compiled,
+                    pretrained: Pretrained) -> train_lib.TrainState:
+  """The latest checkpoint in ``workdir``, else a fresh state (born
+  sharded) with ``pretrained``'s encoder put in (``init_weights``
+  pretrained) or left at random."""
+  latest = ckpt.latest_step()
+  if latest is not None:
+    state = ckpt.restore(latest, compiled.abstract_state, None)
+    _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+    return state
+  state = sharding.create_sharded(steps.init_state, compiled.state_sh)
+  if cfg.init_weights == 'pretrained':
+    state = state.replace(params=_load_encoder(
+        state.params, compiled.abstract_state.params, pretrained.params))
+  return state
+
+
+# ---------------------------------------------------------------------------
+# Train loop.
+
+
+class FinetuneLoop:
+  """The train loop and its evaluation, over what they share: the compiled
+  steps, the encoded task, the mesh, the metric writer."""
+
+  def __init__(self, cfg, workdir: str, place: train_lib.Placement,
+               data: TaskData, compiled: Compiled,
+               ckpt: checkpoint_lib.Checkpointer, total_steps: int,
+               state: train_lib.TrainState):
+    self._cfg, self._place, self._data = cfg, place, data
+    self._compiled, self._ckpt = compiled, ckpt
+    self.total_steps = total_steps
+    self.writer = metric_writers.MetricWriter(
+        workdir, total_steps, int(jax.device_get(state.step)),
+        enabled=jax.process_index() == 0)
+
+  def to_global(self, data: dict, row_ids: np.ndarray, keys) -> dict:
+    """The global batch of ``data``'s rows ``row_ids`` [batch_size] (this
+    process reads its share of them)."""
+    return sharding.make_global_batch(
+        {k: data[k][row_ids[self._place.rows]] for k in keys},
+        self._place.batch_sh, self._cfg.batch_size)
+
+  def predict_all(self, params, data: dict) -> np.ndarray:
+    """The head's logits on every row of ``data`` (the last batch padded
+    with repeats of row 0, whose outputs are dropped)."""
+    batch_size = self._cfg.batch_size
+    n = len(data['input_ids'])
+    outputs = []
+    for start in range(0, n, batch_size):
+      row_ids = np.arange(start, start + batch_size)
+      row_ids = np.where(row_ids < n, row_ids, 0)
+      outputs.append(np.asarray(jax.device_get(self._compiled.predict(
+          params, self.to_global(data, row_ids, _INPUTS)))))
+    return np.concatenate(outputs)[:n]
+
+  def evaluate(self, params) -> dict[str, float]:
+    """The task's metrics on the whole eval set."""
+    return evaluate_task(self._data.task,
+                         self.predict_all(params, self._data.eval),
+                         self._data.eval, self._cfg)
+
+  def run(self, state: train_lib.TrainState) -> train_lib.TrainState:
+    """Trains from ``state``'s step to the last one, checkpointing when due
+    and at the end; fails on a non-finite logged loss."""
+    cfg, train = self._cfg, self._data.train
     step = int(jax.device_get(state.step))
-    sizes = {k: int(np.prod(v.shape)) for k, v in
-             flax.traverse_util.flatten_dict(abstract_state.params).items()}
-    trained = sum(n for k, n in sizes.items() if is_trainable(k, cfg))
-    _say(f'{trained:,} of {sum(sizes.values()):,} parameters train')
-
-    # ---- Train loop.
-    writer = metric_writers.MetricWriter(workdir, total_steps, step,
-                                         enabled=is_main)
+    num_rows = len(train['input_ids'])
     t_last = time.time()
-    while step < total_steps:
+    while step < self.total_steps:
       row_ids = batch_rows(cfg.seed, step, num_rows, cfg.batch_size)
-      state, metrics = step_fn(state, to_global(train_data, row_ids,
-                                                features))
+      state, metrics = self._compiled.train_step(
+          state, self.to_global(train, row_ids, self._data.features))
       step += 1
-      writer.advance(step)
-      last = step == total_steps
+      self.writer.advance(step)
+      last = step == self.total_steps
       if step % cfg.log_every_steps == 0 or last:
         metrics = jax.device_get(metrics)
         if not np.isfinite(metrics['loss']):
@@ -633,36 +791,12 @@ def finetune(cfg, workdir: str) -> dict:
         if last or (cfg.eval_every_steps and
                     step % cfg.eval_every_steps == 0):
           entry.update({f'eval_{k}': v for k, v in
-                        evaluate(state.params).items()})
-        writer.write(step, entry)
-      ckpt.save(step, state, force=last)
-    ckpt.wait()
-    ckpt.close()
-    eval_logits = predict_all(state.params, eval_data)
-    final = evaluate_task(task, eval_logits, eval_data, cfg)
-    dev = (evaluate_task(dev_task, predict_all(state.params, dev_data),
-                         dev_data, cfg) if dev_task else None)
-
-  result = {'task': task.name, 'kind': task.kind, 'mode': cfg.mode,
-            'init': os.path.abspath(cfg.init), 'init_step': pretrained.step,
-            'init_weights': cfg.init_weights, 'steps': total_steps,
-            'headline': task.metrics[0], 'metrics': final,
-            'trainable_parameters': trained,
-            'parameters': sum(sizes.values())}
-  if dev is not None:
-    result['dev_metrics'] = dev
-    result['dev_examples'] = len(dev_task.eval)
-  if task.kind in _PER_EXAMPLE:   # For intervals over held-out examples.
-    result.update(per_example_predictions(task.kind, eval_logits,
-                                          eval_data['label']))
-  if is_main:
-    train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
-  writer.message(f'{task.name}: ' + ', '.join(
-      f'{k} {v:.4f}' for k, v in final.items()) + (
-          '; dev ' + ', '.join(f'{k} {v:.4f}' for k, v in dev.items())
-          if dev is not None else ''))
-  writer.close()
-  return result
+                        self.evaluate(state.params).items()})
+        self.writer.write(step, entry)
+      self._ckpt.save(step, state, force=last)
+    self._ckpt.wait()
+    self._ckpt.close()
+    return state
 
 
 def per_example_predictions(kind: str, logits: np.ndarray,
