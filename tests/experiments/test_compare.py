@@ -247,24 +247,7 @@ def test_a_torn_last_row_is_cut_off_and_rerun(tmp_path):
     compare.Rows(str(path))
 
 
-@pytest.fixture
-def compilation_cache(tmp_path):
-  """The arms and the control compile the same programs (same shapes and
-  seeds): JAX's persistent cache compiles each once."""
-  import jax  # pylint: disable=g-import-not-at-top
-  names = ('jax_compilation_cache_dir',
-           'jax_persistent_cache_min_compile_time_secs',
-           'jax_persistent_cache_min_entry_size_bytes')
-  saved = {name: getattr(jax.config, name) for name in names}
-  for name, value in zip(names, (str(tmp_path / 'xla_cache'), 0.0, 0)):
-    jax.config.update(name, value)
-  yield
-  for name, value in saved.items():
-    jax.config.update(name, value)
-
-
 @pytest.mark.e2e
-@pytest.mark.usefixtures('compilation_cache')
 def test_seeded_comparison_with_control_and_resume(tmp_path):
   out, results = str(tmp_path / 'out'), str(tmp_path / 'results')
   data = [f'data.data_dir="{tmp_path / "data"}"']
