@@ -967,7 +967,10 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
 
 
 def _band(ax, x, low, high, color):
-  ax.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
+  if len(x) == 1:   # A band at one budget has no width: a bar instead.
+    ax.vlines(x, low, high, color=color, alpha=0.5, linewidth=4)
+  else:
+    ax.fill_between(x, low, high, color=color, alpha=0.2, linewidth=0)
 
 
 def plots(plan: Plan, rows: list[dict], out: str) -> list[str]:
