@@ -1131,7 +1131,8 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
                    finetune_spec, finetune_overrides, finetune_lrs,
                    dev_fraction, baseline, control_repeats)
   results = results or out
-  os.makedirs(out, exist_ok=True)
+  if not report_only:   # A report-only reader may have no runs at all.
+    os.makedirs(out, exist_ok=True)
   os.makedirs(results, exist_ok=True)
   rows = Rows(os.path.join(results, ROWS))
   if not report_only:

@@ -298,9 +298,10 @@ def test_seeded_comparison_with_control_and_resume(tmp_path):
   assert not os.path.exists(os.path.join(out, 'runs'))
   same = lambda md: [l for l in md.split('\n') if 'this invocation' not in l]
   assert same(again) == same(markdown)
+  shutil.rmtree(out)
   only = compare.compare(runs, TINY + data, 'steps:3', out, report_only=True,
                          **dict(kwargs, seeds=3))
-  assert 'N = 3' in only and not os.path.exists(os.path.join(out, 'runs'))
+  assert 'N = 3' in only and not os.path.exists(out)
 
 
 def test_settings_key_follows_what_is_computed_not_where():
