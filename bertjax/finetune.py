@@ -62,7 +62,7 @@ from data_pipelines import tokenizer as tokenizer_lib
 MODES = ('full', 'frozen', 'adapters', 'weighted_layers', 'gradual_unfreeze')
 INIT_WEIGHTS = ('pretrained', 'random')
 RESULT = 'downstream.json'
-_say = train_lib._say  # pylint: disable=protected-access  # Process 0 prints.
+_say = train_lib.say  # Process 0 prints.
 _META = 'finetune_meta.json'
 # Keys split once from the seed: head (and random encoder) init, dropout,
 # the batch order, the dev split.
@@ -481,7 +481,7 @@ def evaluate_task(task: downstream.Task, logits: np.ndarray, features: dict,
 
 
 def _identity(cfg) -> dict:
-  return {name: train_lib._section(cfg, name) for name in _IDENTITY}  # pylint: disable=protected-access
+  return {name: train_lib.config_section(cfg, name) for name in _IDENTITY}
 
 
 def _check_resume(workdir: str, cfg) -> None:

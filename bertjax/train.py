@@ -91,7 +91,7 @@ _MODEL_KEY, _DROPOUT_KEY, _EVAL_KEY = 1, 2, 3
 _RUN_IDENTITY = ('seed', 'model', 'data.corpus', 'data.tokenizer',
                  'data.max_seq_length')
 _MIXTURE_IDENTITY = ('data.mixture', 'data.mixture_exponent')
-_RUN_META = 'run_meta.json'
+RUN_META = 'run_meta.json'
 _SHARDING_REPORT = 'sharding.txt'
 
 
@@ -108,7 +108,7 @@ class ResumeError(ValueError):
   """The workdir holds a run that this config cannot continue."""
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
   """Prints on process 0 only (absl INFO is silenced by default)."""
   if jax.process_index() == 0:
     print(text, flush=True)
@@ -135,10 +135,10 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
 
   # ---- Mesh, and the rows of each global batch this process reads.
   place = make_placement(cfg)
-  _say(f'mesh {dict(place.mesh.shape)} over {place.mesh.size} device(s) '
-       f'({jax.devices()[0].device_kind}), {jax.process_count()} '
-       f'process(es); each reads {len(place.rows)} of the {cfg.batch_size} '
-       'rows of a batch')
+  say(f'mesh {dict(place.mesh.shape)} over {place.mesh.size} device(s) '
+      f'({jax.devices()[0].device_kind}), {jax.process_count()} '
+      f'process(es); each reads {len(place.rows)} of the {cfg.batch_size} '
+      'rows of a batch')
 
   # ---- Input pipeline (the tokenizer is checked before the data is built).
   data = input_pipeline(cfg, saved_meta, workdir, place.rows)
@@ -184,7 +184,7 @@ def check_before_writing(cfg, workdir: str) -> tuple[Any, dict | None]:
   config_lib.validate(cfg)
   for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
     logging.warning('config: %s', warning)
-    _say(f'warning: {warning}')
+    say(f'warning: {warning}')
   if mixture_lib.is_mixture(cfg.data):  # Every component, before any build.
     mixture_lib.validate(cfg.data)
   else:
@@ -199,7 +199,8 @@ def check_before_writing(cfg, workdir: str) -> tuple[Any, dict | None]:
   return cfg, check_resume_compatible(workdir, cfg)
 
 
-def _section(cfg, dotted: str):
+def config_section(cfg, dotted: str):
+  """The section (or field) ``dotted`` of ``cfg``, as plain values."""
   value = cfg
   for part in dotted.split('.'):
     value = value[part]
@@ -211,7 +212,7 @@ def run_identity(cfg) -> dict:
   if mixture_lib.is_mixture(cfg.data):
     names.remove('data.corpus')
     names.extend(_MIXTURE_IDENTITY)
-  identity = {name: _section(cfg, name) for name in names}
+  identity = {name: config_section(cfg, name) for name in names}
   # Rematerialization changes memory, not results, and the attention kernel
   # only the rounding: a run may resume with another setting (and predates
   # the field).
@@ -233,7 +234,7 @@ def _with_new_fields(identity: dict) -> dict:
 
 def check_resume_compatible(workdir: str, cfg) -> dict | None:
   """Fails when ``workdir`` holds a run with a different identity."""
-  path = os.path.join(workdir, _RUN_META)
+  path = os.path.join(workdir, RUN_META)
   if not os.path.exists(path):
     return None
   with open(path) as f:
@@ -299,16 +300,16 @@ def input_pipeline(cfg, saved_meta: dict | None, workdir: str,
   """The data, built on first use (process 0 first) and then reused; this
   process reads ``rows`` of each global batch. Audits the eval batches'
   masking before anything is compiled."""
-  _say(f'tokenizer and pre-tokenized data under {cfg.data.data_dir} (built '
-       'on first use, then reused)')
+  say(f'tokenizer and pre-tokenized data under {cfg.data.data_dir} (built '
+      'on first use, then reused)')
   with distributed.process_zero_first('input data'):
-    tokenizer, prepared = _prepare_data(cfg, saved_meta, workdir)
+    tokenizer, prepared = prepare_data(cfg, saved_meta, workdir)
   # In every logged step's metrics (data_skipped_*) and run_meta.json.
   data_skipped = {f'data_skipped_{k}': v for k, v in prepared.skipped.items()}
   if any(data_skipped.values()):
-    _say('warning: preparing the data skipped or repaired '
-         f'{pretokenize.format_skipped(prepared.skipped)} (what each count '
-         'means: data_pipelines/corpus.py SKIP_COUNTERS)')
+    say('warning: preparing the data skipped or repaired '
+        f'{pretokenize.format_skipped(prepared.skipped)} (what each count '
+        'means: data_pipelines/corpus.py SKIP_COUNTERS)')
   train_iter = iter(pipeline.train_dataset(prepared, cfg, rows))
   eval_batches = pipeline.eval_batches(prepared, cfg, rows)
   masking_cfg = pipeline.masking_config(cfg, prepared)
@@ -333,7 +334,7 @@ def check_tokenizer_matches(saved_meta: dict | None,
         'pieces). Use the original tokenizer model, or a new --workdir.')
 
 
-def _prepare_data(cfg, saved_meta: dict | None, workdir: str):
+def prepare_data(cfg, saved_meta: dict | None, workdir: str):
   """The tokenizer (checked against the workdir's) and the pre-tokenized
   data, built on first use and then reused."""
   if mixture_lib.is_mixture(cfg.data):
@@ -343,7 +344,7 @@ def _prepare_data(cfg, saved_meta: dict | None, workdir: str):
     check_tokenizer_matches(saved_meta, tokenizer, workdir)
     prepared = mixture_lib.prepare(cfg.data, tokenizer=tokenizer,
                                    corpus_fingerprints=fingerprints)
-    _say(f'corpus mixture:\n{prepared.summary()}')
+    say(f'corpus mixture:\n{prepared.summary()}')
     return tokenizer, prepared
   corpus_spec = corpus_lib.CorpusSpec.from_config(cfg.data.corpus)
   corpus_fingerprint = corpus_lib.fingerprint(corpus_spec)
@@ -484,9 +485,9 @@ def shard_and_compile(steps: Steps, place: Placement, global_spec: dict,
       abstract_state.params, mesh)
   for warning in replicated_warnings:
     logging.warning('sharding: %s', warning)
-    _say(f'warning: {warning}')
-  _say(f'parameters: {layout.splitlines()[-1]} (the layout of every leaf '
-       f'is in {os.path.join(workdir, _SHARDING_REPORT)})')
+    say(f'warning: {warning}')
+  say(f'parameters: {layout.splitlines()[-1]} (the layout of every leaf '
+      f'is in {os.path.join(workdir, _SHARDING_REPORT)})')
   abstract_batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sh)
                     for k, (shape, dtype) in global_spec.items()}
   t0 = time.time()
@@ -499,7 +500,7 @@ def shard_and_compile(steps: Steps, place: Placement, global_spec: dict,
   memory_text, memory_bytes = sharding.memory_report(
       step_fn, jax.local_devices()[0])
   logging.info('train step: %s', memory_text)
-  _say(f'compiled the train step in {seconds:.1f}s; {memory_text}')
+  say(f'compiled the train step in {seconds:.1f}s; {memory_text}')
   return Compiled(abstract_state, state_sh, layout, step_fn, eval_fn,
                   seconds, memory_text, memory_bytes)
 
@@ -518,7 +519,7 @@ def write_run_files(cfg, workdir: str, data: InputData, task: objectives.Task,
   if jax.process_index() != 0:
     return
   mesh = place.mesh
-  write_json_atomic(os.path.join(workdir, _RUN_META), {
+  write_json_atomic(os.path.join(workdir, RUN_META), {
       'identity': run_identity(cfg),
       'tokenizer_sha256': data.tokenizer.sha256,
       'vocab_size': data.tokenizer.vocab_size, 'config': cfg.to_dict(),
@@ -543,12 +544,12 @@ def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
   # A checkpoint written before the divergence counters existed gets
   # fresh ones.
   restored = ckpt.restore_latest(
-      abstract_state, train_iter, say=_say,
+      abstract_state, train_iter, say=say,
       defaults=lambda: {'health': jax.jit(
           divergence.init_health, out_shardings=state_sh.health)()})
   if restored is not None:
     state, latest = restored
-    _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+    say(f'resumed from the checkpoint at step {latest} in {workdir}')
     return state
   if cfg.init_from and checkpoint_lib.is_params_only(cfg.init_from):
     # An imported checkpoint (experiments/import_hf.py): its parameters,
@@ -556,7 +557,7 @@ def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
     state = sharding.create_sharded(steps.init_state, state_sh).replace(
         params=checkpoint_lib.restore_params(cfg.init_from,
                                              abstract_state.params))
-    _say(f'initialized from the parameters imported in {cfg.init_from}')
+    say(f'initialized from the parameters imported in {cfg.init_from}')
     return state
   if cfg.init_from:
     return _init_from(cfg.init_from, abstract_state)
@@ -574,7 +575,7 @@ def _init_from(other_workdir: str, abstract_state):
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
     restored = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state)))
-  _say(f'initialized from {other_workdir} step {step}')
+  say(f'initialized from {other_workdir} step {step}')
   return restored['state']
 
 
@@ -792,11 +793,11 @@ def main(argv) -> None:
     logging.set_verbosity(logging.WARNING)
   how = distributed.initialize(_MULTIHOST.value, _COORDINATOR.value,
                                _NUM_PROCESSES.value, _PROCESS_ID.value)
-  _say(f'jax {jax.__version__}: {how}')
+  say(f'jax {jax.__version__}: {how}')
   try:
     train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except preemption.Preempted as e:
-    _say(str(e))
+    say(str(e))
     sys.exit(preemption.EXIT_PREEMPTED)
 
 

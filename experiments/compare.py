@@ -264,7 +264,7 @@ def make_arms(runs: list[str], sweeps: list[str]) -> list[Arm]:
                          + ('the control\'s.' if name == SCRATCH else
                             'used twice.'))
     names.add(name)
-    if os.path.isfile(os.path.join(spec, train._RUN_META)):  # pylint: disable=protected-access
+    if os.path.isfile(os.path.join(spec, train.RUN_META)):
       if swept:
         raise CompareError(f'--run {item!r} is a finished workdir; a sweep '
                            'needs config runs.')
@@ -490,7 +490,7 @@ def objective_label(cfg) -> str:
 
 def read_run(workdir: str) -> dict:
   """A finished run's config, metric records and sizes, from its workdir."""
-  with open(os.path.join(workdir, train._RUN_META)) as f:  # pylint: disable=protected-access
+  with open(os.path.join(workdir, train.RUN_META)) as f:
     meta = json.load(f)
   records = [entry for _, entry in metric_writers.logged_lines(
       os.path.join(workdir, 'metrics.jsonl'))]

@@ -164,7 +164,7 @@ def diagnose(init: str, cfg) -> str:
   first_batch = {k: v[:cfg.batch_size] for k, v in data.items()}
 
   run = runs.load_run(init)
-  _, prepared = train._prepare_data(run.config, None, init)  # pylint: disable=protected-access
+  _, prepared = train.prepare_data(run.config, None, init)
   pretraining_rows = pipeline.eval_batches(prepared, run.config)[0]
 
   sections = [

@@ -222,7 +222,7 @@ def test_albert_preset_trains_with_its_own_pieces(data_dir, tmp_path):
              for r in records)
   assert records[-1]['masking_unit_length_mean'] > 1   # n-grams, not tokens.
   assert 0 <= final['eval_mlm_accuracy'] <= 1
-  with open(os.path.join(workdir, train._RUN_META)) as f:
+  with open(os.path.join(workdir, train.RUN_META)) as f:
     saved = json.load(f)['config']
   assert (saved['optimizer']['name'], saved['data']['layout'],
           saved['model']['num_layer_groups']) == ('lamb', 'sop', 1)
