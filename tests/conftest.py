@@ -10,13 +10,12 @@ import pytest
 # (which inherit the environment). The tiny end-to-end runs compile the same
 # programs many times over (the same shapes, the same step functions): a
 # rerun of an identical 2-step run costs 1.8 s instead of 10.5 s, most of it
-# the train step's compile. Every entry is cached (no minimum compile time):
-# a cached executable is the one XLA would compile, so results are the same
-# bytes.
-_CACHE_SETTINGS = {
-    'jax_compilation_cache_dir': None,   # Set per run below.
+# the train step's compile. Every program is cached, however quick its
+# compile or small its executable: a cached executable is the one XLA would
+# compile, so results are the same bytes.
+_CACHE_EVERY_PROGRAM = {
     'jax_persistent_cache_min_compile_time_secs': 0.0,
-    'jax_persistent_cache_min_entry_size_bytes': 0,
+    'jax_persistent_cache_min_entry_size_bytes': -1,
 }
 
 
@@ -30,12 +29,12 @@ def jax_compilation_cache(tmp_path_factory):
   base = tmp_path_factory.getbasetemp()
   if os.environ.get('PYTEST_XDIST_WORKER'):
     base = base.parent
-  settings = {**_CACHE_SETTINGS,
-              'jax_compilation_cache_dir': str(base / 'jax_cache')}
-  for name, value in settings.items():
+  cache_dir = str(base / 'jax_cache')
+  for name, value in {**_CACHE_EVERY_PROGRAM,
+                      'jax_compilation_cache_dir': cache_dir}.items():
     jax.config.update(name, value)
-    os.environ[name.upper()] = str(value)
-  yield settings['jax_compilation_cache_dir']
+    os.environ[name.upper()] = str(value)   # For the subprocesses.
+  return cache_dir
 
 
 def pytest_collection_modifyitems(items):
