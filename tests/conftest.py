@@ -12,7 +12,9 @@ import pytest
 # rerun of an identical 2-step run costs 1.8 s instead of 10.5 s, most of it
 # the train step's compile. Every program is cached, however quick its
 # compile or small its executable: a cached executable is the one XLA would
-# compile, so results are the same bytes.
+# compile, so results are the same bytes. The two workers write without a
+# lock: an entry read while the other is still writing it fails to
+# decompress, and JAX warns and compiles instead.
 _CACHE_EVERY_PROGRAM = {
     'jax_persistent_cache_min_compile_time_secs': 0.0,
     'jax_persistent_cache_min_entry_size_bytes': -1,
