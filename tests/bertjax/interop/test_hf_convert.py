@@ -232,14 +232,14 @@ def data_dir(tmp_path_factory):
 
 
 @pytest.mark.e2e
-def test_imported_checkpoint_continues_pretraining(data_dir, tmp_path):
+def test_imported_checkpoint_continues_pretraining(runs, data_dir, tmp_path):
   """A run exported to transformers and imported back starts a new run
   from exactly its parameters (a step at lr 1e-30 changes nothing)."""
   import jax  # pylint: disable=g-import-not-at-top
   import preset_helpers  # pylint: disable=g-import-not-at-top
   from bertjax import train  # pylint: disable=g-import-not-at-top
   from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  run = runs_lib.load_run(_train_tiny(tmp_path / 'run', data_dir))
+  run = runs_lib.load_run(runs['demo'])
   exported = str(tmp_path / 'exported')
   hf_convert.write_model(
       exported, hf_convert.hf_state_dict(run.params, run.config, 'bert',
@@ -296,15 +296,15 @@ RUNS = {
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory, data_dir):
-  """Tiny trained runs, by family; the distillation student's teacher is
-  the demo-style BERT run."""
+  """Tiny trained runs, by family, and the demo's (``demo``), which is also
+  the distillation student's teacher."""
   root = tmp_path_factory.mktemp('runs')
   out = {name: _train_tiny(root / name, data_dir, preset, arg, **fields)
          for name, (preset, arg, fields) in RUNS.items()}
-  teacher = _train_tiny(root / 'teacher', data_dir)
+  out['demo'] = _train_tiny(root / 'demo', data_dir)
   out['distilbert'] = _train_tiny(
       root / 'distilbert', data_dir, 'distilbert', None,
-      **{'distillation.teacher_workdir': teacher,
+      **{'distillation.teacher_workdir': out['demo'],
          'distillation.student_layers': 1})
   return out
 
