@@ -24,7 +24,7 @@ SMALL = bert_lib.BertConfig(vocab_size=128, hidden_size=16, num_layers=3,
 def _params(cfg=SMALL, kind='classification', layer_mix=False):
   model = heads.DownstreamModel(cfg, kind, 3, layer_mix=layer_mix)
   ids = jnp.ones((1, 8), jnp.int32)
-  return model, jax.tree.map(np.asarray, nn.unbox(model.init(
+  return model, jax.tree.map(np.asarray, nn.unbox(jax.jit(model.init)(
       jax.random.key(0), ids, ids * 0, ids)['params']))
 
 
@@ -45,9 +45,9 @@ def test_encoder_names_are_pretrainings():
   """The downstream encoder's trees are BertForPreTraining's, leaf for leaf,
   so a pretrained encoder loads by copying them."""
   ids = jnp.ones((1, 8), jnp.int32)
-  pretraining = nn.unbox(bert_lib.BertForPreTraining(SMALL).init(
-      jax.random.key(0), ids, ids * 0, ids, jnp.zeros((1, 2), jnp.int32)
-  )['params'])
+  pretraining = nn.unbox(jax.eval_shape(
+      bert_lib.BertForPreTraining(SMALL).init, jax.random.key(0), ids,
+      ids * 0, ids, jnp.zeros((1, 2), jnp.int32))['params'])
   _, params = _params()
   ours = {k: v.shape for k, v in flax.traverse_util.flatten_dict(
       params).items() if k[0] not in heads.HEAD}
@@ -123,8 +123,8 @@ def test_mean_pooling_averages_the_real_tokens():
   model = heads.DownstreamModel(SMALL, 'classification', 3, pooling='mean')
   ids = jnp.asarray(np.random.default_rng(2).integers(5, 128, (2, 8)))
   mask = jnp.asarray([[1] * 8, [1] * 5 + [0] * 3])
-  params = nn.unbox(model.init(jax.random.key(0), ids, ids * 0, mask)
-                    )['params']
+  params = nn.unbox(jax.jit(model.init)(jax.random.key(0), ids, ids * 0,
+                                        mask))['params']
   logits = model.apply({'params': params}, ids, ids * 0, mask)
   states = model.apply({'params': params}, ids, ids * 0, mask,
                        method=lambda m, a, b, c: bert_lib.run_layers(

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -124,20 +125,22 @@ def _bertjax_logits(imported, ids, types, mask, part=None):
     disc, gen = electra_objective.model_configs(cfg, model_cfg.vocab_size)
     model = electra_models.Electra(disc, gen)
     if part == 'generator':
-      out = model.apply({'params': imported.params}, *args, positions,
-                        method=electra_models.Electra.generate)
+      out = jax.jit(lambda p, *a: model.apply(
+          {'params': p}, *a, method=electra_models.Electra.generate))(
+              imported.params, *args, positions)
       return {'logits': np.asarray(out)[..., :vocab]}
-    return {'logits': np.asarray(model.apply(
-        {'params': imported.params}, *args,
-        method=electra_models.Electra.discriminate))}
+    return {'logits': np.asarray(jax.jit(lambda p, *a: model.apply(
+        {'params': p}, *a, method=electra_models.Electra.discriminate))(
+            imported.params, *args))}
   params = imported.params
   if imported.family == 'distilbert':
     params = params['student']
   if imported.family == 'roberta':   # RobertaForMaskedLM has neither.
     model_cfg = dataclasses.replace(model_cfg, with_pooler_nsp=False)
   # SpanBERT's SBO head (not exported) needs span starts; any will do.
-  out = bert_lib.BertForPreTraining(model_cfg).apply(
-      {'params': params}, *args, positions, positions)
+  model = bert_lib.BertForPreTraining(model_cfg)
+  out = jax.jit(lambda p, *a: model.apply({'params': p}, *a))(
+      params, *args, positions, positions)
   logits = {'logits': np.asarray(out['mlm_logits'])[..., :vocab]}
   if 'nsp_logits' in out and imported.family in ('bert', 'albert'):
     logits['nsp'] = np.asarray(out['nsp_logits'])
@@ -235,7 +238,6 @@ def data_dir(tmp_path_factory):
 def test_imported_checkpoint_continues_pretraining(runs, data_dir, tmp_path):
   """A run exported to transformers and imported back starts a new run
   from exactly its parameters (a step at lr 1e-30 changes nothing)."""
-  import jax  # pylint: disable=g-import-not-at-top
   import preset_helpers  # pylint: disable=g-import-not-at-top
   from bertjax import train  # pylint: disable=g-import-not-at-top
   from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
@@ -368,19 +370,19 @@ def _finetune_encoder_output(workdir, ids, types, mask):
   """The last hidden states [B, L, D] of the encoder that fine-tuning
   loads from ``workdir`` (bertjax.finetune.load_pretrained)."""
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
   from bertjax import finetune  # pylint: disable=g-import-not-at-top
   from bertjax.models import heads  # pylint: disable=g-import-not-at-top
   pretrained = finetune.load_pretrained(workdir)
   model = heads.DownstreamModel(pretrained.model, 'token', 2)
   ids, types, mask = (jnp.asarray(x) for x in (ids, types, mask))
-  params = dict(nn.unbox(model.init(jax.random.key(0), ids, types, mask)
-                         )['params'])
+  params = dict(nn.unbox(jax.jit(model.init)(jax.random.key(0), ids, types,
+                                              mask))['params'])
   params.update(pretrained.params)
-  return np.asarray(model.apply(
-      {'params': params}, ids, types, mask,
+  return np.asarray(jax.jit(lambda p, *a: model.apply(
+      {'params': p}, *a,
       method=lambda m, a, b, c: bert_lib.run_layers(
-          m.cfg, m.layers, m.embeddings(a, b, True), a, c, True)))
+          m.cfg, m.layers, m.embeddings(a, b, True), a, c, True)))(
+              params, ids, types, mask))
 
 
 def test_export_never_overwrites(runs, tmp_path):
