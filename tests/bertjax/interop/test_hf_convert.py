@@ -115,6 +115,13 @@ def test_import_then_export_reproduces_the_checkpoint(saved, family):
       assert np.array_equal(exported[key], value), key
 
 
+def _apply(model, params, *args, method=None):
+  """``model.apply`` as one compiled program (run op by op, it would
+  compile a program per operation and shape)."""
+  return jax.jit(lambda p, *a: model.apply({'params': p}, *a, method=method)
+                 )(params, *args)
+
+
 def _bertjax_logits(imported, ids, types, mask, part=None):
   """The imported model's own forward: float32 logits, vocabulary trimmed."""
   cfg, vocab = imported.config, imported.vocab_size
@@ -125,22 +132,20 @@ def _bertjax_logits(imported, ids, types, mask, part=None):
     disc, gen = electra_objective.model_configs(cfg, model_cfg.vocab_size)
     model = electra_models.Electra(disc, gen)
     if part == 'generator':
-      out = jax.jit(lambda p, *a: model.apply(
-          {'params': p}, *a, method=electra_models.Electra.generate))(
-              imported.params, *args, positions)
+      out = _apply(model, imported.params, *args, positions,
+                   method=electra_models.Electra.generate)
       return {'logits': np.asarray(out)[..., :vocab]}
-    return {'logits': np.asarray(jax.jit(lambda p, *a: model.apply(
-        {'params': p}, *a, method=electra_models.Electra.discriminate))(
-            imported.params, *args))}
+    return {'logits': np.asarray(_apply(
+        model, imported.params, *args,
+        method=electra_models.Electra.discriminate))}
   params = imported.params
   if imported.family == 'distilbert':
     params = params['student']
   if imported.family == 'roberta':   # RobertaForMaskedLM has neither.
     model_cfg = dataclasses.replace(model_cfg, with_pooler_nsp=False)
   # SpanBERT's SBO head (not exported) needs span starts; any will do.
-  model = bert_lib.BertForPreTraining(model_cfg)
-  out = jax.jit(lambda p, *a: model.apply({'params': p}, *a))(
-      params, *args, positions, positions)
+  out = _apply(bert_lib.BertForPreTraining(model_cfg), params, *args,
+               positions, positions)
   logits = {'logits': np.asarray(out['mlm_logits'])[..., :vocab]}
   if 'nsp_logits' in out and imported.family in ('bert', 'albert'):
     logits['nsp'] = np.asarray(out['nsp_logits'])
@@ -378,11 +383,10 @@ def _finetune_encoder_output(workdir, ids, types, mask):
   params = dict(nn.unbox(jax.jit(model.init)(jax.random.key(0), ids, types,
                                               mask))['params'])
   params.update(pretrained.params)
-  return np.asarray(jax.jit(lambda p, *a: model.apply(
-      {'params': p}, *a,
+  return np.asarray(_apply(
+      model, params, ids, types, mask,
       method=lambda m, a, b, c: bert_lib.run_layers(
-          m.cfg, m.layers, m.embeddings(a, b, True), a, c, True)))(
-              params, ids, types, mask))
+          m.cfg, m.layers, m.embeddings(a, b, True), a, c, True)))
 
 
 def test_export_never_overwrites(runs, tmp_path):
