@@ -145,7 +145,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
 
   # ---- Task, and the init, update and eval steps of its model.
   task = objectives.get(cfg.objective.name).make_task(
-      cfg, tokenizer_lib.padded_vocab_size(data.tokenizer.vocab_size))
+      cfg, data.tokenizer.vocab_size)
   steps = make_steps(cfg, task, data.global_spec)
 
   with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
@@ -380,14 +380,21 @@ class Steps(NamedTuple):
   eval_step: Callable[[Any, dict], dict]
 
 
+def step_key(cfg, step) -> jax.Array:
+  """The key the train step at ``step`` gives the task's loss (dropout,
+  and ELECTRA's masking and sampling), from ``cfg.seed`` and
+  ``cfg.step_rng``."""
+  root = (jax.random.key(cfg.seed) if cfg.step_rng == 'threefry'
+          else jax.random.key(cfg.seed, impl=cfg.step_rng))
+  return jax.random.fold_in(jax.random.fold_in(root, _DROPOUT_KEY), step)
+
+
 def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
   """The init, update and eval functions of ``task`` with ``cfg``'s
   optimizer; every key derives from ``cfg.seed``."""
   tx, schedule = optim.make_optimizer(cfg)
   root_key = jax.random.key(cfg.seed)
   eval_key = jax.random.fold_in(root_key, _EVAL_KEY)
-  step_root = root_key if cfg.step_rng == 'threefry' else jax.random.key(
-      cfg.seed, impl=cfg.step_rng)
 
   def init_state():
     dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
@@ -413,8 +420,7 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
                      deterministic)
 
   def train_step(state: TrainState, batch):
-    dropout_key = jax.random.fold_in(
-        jax.random.fold_in(step_root, _DROPOUT_KEY), state.step)
+    dropout_key = step_key(cfg, state.step)
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, batch, dropout_key)
     updates, opt_state = optimizer(state.params).update(

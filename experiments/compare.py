@@ -82,7 +82,6 @@ from bertjax import intervals  # pylint: disable=g-import-not-at-top
 from bertjax.runtime import metric_writers  # pylint: disable=g-import-not-at-top
 from bertjax import objectives  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
-from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
 SCRATCH = 'scratch'
@@ -211,8 +210,8 @@ def rescale_schedule(cfg, steps: int) -> None:
 
 def _flops_per_token(cfg) -> float:
   """The task's FLOPs per token, without reading any data."""
-  vocab = tokenizer_lib.padded_vocab_size(cfg.data.tokenizer.vocab_size)
-  return objectives.get(cfg.objective.name).make_task(cfg, vocab).flops_per_token
+  return objectives.get(cfg.objective.name).make_task(
+      cfg, cfg.data.tokenizer.vocab_size).flops_per_token
 
 
 def parse_sweeps(sweeps: list[str]) -> list[tuple[str, list]]:

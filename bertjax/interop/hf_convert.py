@@ -306,7 +306,8 @@ def _dims(cfg, model_cfg) -> dict:
           'factorized': model_cfg.factorized,
           'pad_token_id': tokenizer_lib.PAD_ID}
   if cfg.objective.name == electra_objective.NAME:
-    _, generator = electra_objective.model_configs(cfg, model_cfg.vocab_size)
+    _, generator = electra_objective.model_configs(
+        cfg, model_cfg.output_vocab_size)
     dims.update(generator_layers=generator.num_layers,
                 generator_factorized=generator.factorized)
   return dims
@@ -334,9 +335,8 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
 def _model_config(cfg, vocab_size: int):
   """The run's encoder config, as its objective declares it (a distilled
   student's, ELECTRA's discriminator)."""
-  padded = tokenizer_lib.padded_vocab_size(vocab_size)
   try:
-    return objectives.get(cfg.objective.name).encoder_config(cfg, padded)
+    return objectives.get(cfg.objective.name).encoder_config(cfg, vocab_size)
   except distillation.TeacherError as e:
     raise ConversionError(
         'a DistilBERT student has its teacher\'s architecture, read from '
@@ -348,9 +348,7 @@ def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
   """``config.json`` of the transformers class for ``cfg``'s model."""
   m = model_cfg or _model_config(cfg, vocab_size)
   if family == 'electra' and part == 'generator':
-    _, m_gen = electra_objective.model_configs(
-        cfg, tokenizer_lib.padded_vocab_size(vocab_size))
-    generator = m_gen
+    _, generator = electra_objective.model_configs(cfg, vocab_size)
   act = 'gelu_new' if m.gelu_approximate else 'gelu'
   common = {
       'architectures': [ARCHITECTURES[(family, part)]],
@@ -775,8 +773,8 @@ def write_import(imported: Imported, tokenizer, out_dir: str,
   cfg = config_lib.from_saved(imported.config.to_dict())
   cfg.init_from = out_dir
   cfg.data.tokenizer.model_path = os.path.join(out_dir, 'tokenizer.model')
-  padded = tokenizer_lib.padded_vocab_size(imported.vocab_size)
-  task = objectives.get(cfg.objective.name).make_task(cfg, padded)
+  task = objectives.get(cfg.objective.name).make_task(cfg,
+                                                      imported.vocab_size)
   dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
            in pipeline.batch_spec(cfg, num_rows=1).items()}
   fresh = sharding.strip_boxes(jax.jit(lambda: task.init(

@@ -46,10 +46,22 @@ SIZES = {
 }
 
 
+# The logit of an embedding row past the tokenizer's vocabulary. Tables are
+# padded to a multiple of 128 (data_pipelines.tokenizer.padded_vocab_size)
+# and no distribution over the vocabulary may give those rows probability:
+# exp() of it is exactly 0 against any real logit, and it is finite, so a
+# soft target's 0 x log p stays 0 where -inf would make it NaN.
+PADDING_LOGIT = -1e9
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
   """Hyperparameters of the encoder and heads (not the experiment config)."""
-  vocab_size: int
+  vocab_size: int                   # Rows of the embedding table (padded).
+  # The ids the tokenizer produces, [0, real_vocab_size): every output
+  # distribution over the vocabulary is over these rows only (0 = all
+  # ``vocab_size`` rows are real).
+  real_vocab_size: int = 0
   hidden_size: int = 768
   num_layers: int = 12
   num_heads: int = 12
@@ -64,8 +76,11 @@ class BertConfig:
   embedding_size: int = 0
   num_layer_groups: int = 0
   # SpanBERT's span boundary objective head: the number of relative
-  # positions it embeds (200 in the paper); 0 = no head.
+  # positions it embeds (SpanBERT's --max-pair-targets, 15); 0 = no head.
   sbo_positions: int = 0
+  # The width of those position embeddings (SpanBERT's
+  # --pair-positional-embedding-size, 200); 0 = hidden_size.
+  sbo_position_width: int = 0
   # The pooler and the sentence-pair (NSP/SOP) classifier over [CLS];
   # DistilBERT's student has neither.
   with_pooler_nsp: bool = True
@@ -109,6 +124,16 @@ class BertConfig:
     return cls(**kwargs)
 
   @property
+  def output_vocab_size(self) -> int:
+    """Rows that can have probability: the tokenizer's vocabulary."""
+    return self.real_vocab_size or self.vocab_size
+
+  @property
+  def sbo_width(self) -> int:
+    """Width of the SBO head's position embeddings."""
+    return self.sbo_position_width or self.hidden_size
+
+  @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
 
@@ -137,6 +162,20 @@ class BertConfig:
 def _init(cfg: BertConfig, names: tuple[str | None, ...]):
   return nn.with_logical_partitioning(
       nn.initializers.truncated_normal(cfg.initializer_range), names)
+
+
+def _word_init(cfg: BertConfig, names: tuple[str | None, ...]):
+  """The word table's init: ``_init``'s draw, with the padding rows (from
+  ``cfg.output_vocab_size`` on) zero. They have no gradient
+  (``vocab_logits``), so they stay zero, and a norm of the table (LAMB's
+  trust ratio) is the tokenizer's vocabulary's alone."""
+  draw = nn.initializers.truncated_normal(cfg.initializer_range)
+
+  def init(key, shape, dtype=jnp.float32):
+    real = jnp.arange(shape[0])[:, None] < cfg.output_vocab_size
+    return jnp.where(real, draw(key, shape, dtype), jnp.zeros((), dtype))
+
+  return nn.with_logical_partitioning(init, names)
 
 
 def _zeros(names):
@@ -178,7 +217,7 @@ class Embeddings(nn.Module):
     cfg = self.cfg
     width, axis = cfg.embedding_width, cfg.embedding_axis
     self.word = nn.Embed(cfg.vocab_size, width,
-                         embedding_init=_init(cfg, ('vocab', axis)),
+                         embedding_init=_word_init(cfg, ('vocab', axis)),
                          param_dtype=cfg.param_dtype, dtype=cfg.dtype)
     self.position = nn.Embed(cfg.max_position_embeddings, width,
                              embedding_init=_init(cfg, ('pos', axis)),
@@ -205,10 +244,23 @@ class Embeddings(nn.Module):
       x = self.projection(x)
     return _constrain(x, 'act_batch', 'act_len', 'act_embed')
 
-  def attend(self, x):
-    """Logits against the word embeddings (the tied MLM decoder); ``x`` is
-    ``cfg.embedding_width`` wide."""
-    return self.word.attend(x)
+  def vocab_logits(self, x, bias):
+    """float32 logits [..., V] of the tied decoder: ``x`` (``[..., E]``,
+    ``cfg.embedding_width`` wide) against the word embeddings, plus
+    ``bias`` [V]. Every head that scores the vocabulary (MLM, SBO,
+    ELECTRA's generator) makes its logits here, so none can forget that the
+    padding rows (``cfg.output_vocab_size`` on) are ``PADDING_LOGIT``:
+    probability 0, and no gradient into their rows or bias."""
+    logits = self.word.attend(x) + bias.astype(self.cfg.dtype)
+    return real_vocab_only(self.cfg, logits.astype(jnp.float32))
+
+
+def real_vocab_only(cfg: BertConfig, logits):
+  """``logits`` [..., V] with the padding rows set to ``PADDING_LOGIT``."""
+  if cfg.output_vocab_size == logits.shape[-1]:
+    return logits
+  real = jnp.arange(logits.shape[-1]) < cfg.output_vocab_size
+  return jnp.where(real, logits, jnp.asarray(PADDING_LOGIT, logits.dtype))
 
 
 class SelfAttention(nn.Module):
@@ -443,8 +495,8 @@ class SpanBoundaryHead(nn.Module):
     cfg = self.cfg
     left, right, offset = span_boundaries(masked_positions, masked_unit_start)
     take = lambda i: jnp.take_along_axis(x, i[..., None], axis=1)
-    position = nn.Embed(cfg.sbo_positions, cfg.hidden_size,
-                        embedding_init=_init(cfg, ('pos', 'embed')),
+    position = nn.Embed(cfg.sbo_positions, cfg.sbo_width,
+                        embedding_init=_init(cfg, ('pos', None)),
                         param_dtype=cfg.param_dtype, dtype=cfg.dtype,
                         name='position')(
                             jnp.clip(offset, 0, cfg.sbo_positions - 1))
@@ -466,7 +518,8 @@ class BertForPreTraining(nn.Module):
   Inputs are ``[B, L]`` int arrays (``input_ids``, ``token_type_ids``,
   ``attention_mask``) and ``masked_positions`` ``[B, P]``. Returns a dict:
   ``mlm_logits`` float32 [B, P, V] (only the masked positions are projected
-  onto the vocabulary), ``nsp_logits`` float32 [B, 2], ``sequence_output``
+  onto the vocabulary; rows past ``cfg.output_vocab_size`` are
+  ``PADDING_LOGIT``), ``nsp_logits`` float32 [B, 2], ``sequence_output``
   [B, L, D] and ``pooled_output`` [B, D] (these two heads' outputs only with
   ``cfg.with_pooler_nsp``, the default); with ``cfg.sbo_positions``, also
   ``sbo_logits`` float32 [B, P, V] (SpanBERT's span boundary predictions,
@@ -516,9 +569,8 @@ class BertForPreTraining(nn.Module):
     h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
     h = _constrain(h, 'act_batch', 'act_predictions', 'act_embed')
     h = self.mlm_norm(_gelu(self.cfg, self.mlm_transform(h)))
-    logits = self.embeddings.attend(h) + self.mlm_bias.astype(self.cfg.dtype)
-    logits = _constrain(logits.astype(jnp.float32), 'act_batch',
-                        'act_predictions', 'act_vocab')
+    logits = _constrain(self.embeddings.vocab_logits(h, self.mlm_bias),
+                        'act_batch', 'act_predictions', 'act_vocab')
     outputs = {'mlm_logits': logits, 'sequence_output': x}
     if self.cfg.with_pooler_nsp:
       pooled = jnp.tanh(self.pooler(x[:, 0]))
@@ -528,9 +580,8 @@ class BertForPreTraining(nn.Module):
       if masked_unit_start is None:
         raise ValueError('the span boundary head needs masked_unit_start.')
       h = self.sbo(x, masked_positions, masked_unit_start)
-      sbo = self.embeddings.attend(h) + self.sbo_bias.astype(self.cfg.dtype)
       outputs['sbo_logits'] = _constrain(
-          sbo.astype(jnp.float32), 'act_batch', 'act_predictions',
-          'act_vocab')
+          self.embeddings.vocab_logits(h, self.sbo_bias), 'act_batch',
+          'act_predictions', 'act_vocab')
     return outputs
 

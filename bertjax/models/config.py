@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from bertjax.models import bert as bert_lib
+from data_pipelines import tokenizer as tokenizer_lib
 
 
 def section() -> ml_collections.ConfigDict:
@@ -27,8 +28,11 @@ def section() -> ml_collections.ConfigDict:
   m.embedding_size = 0      # ALBERT's E; 0 = hidden_size (no projection).
   m.num_layer_groups = 0    # ALBERT's sharing: 1 = all layers share
                             # one set of weights; 0 = none shared.
-  m.sbo_positions = 200     # SBO head's relative positions (SpanBERT);
-                            # the head exists when sbo_weight > 0.
+  m.sbo_positions = 200     # SBO head's relative positions; the head
+                            # exists when sbo_weight > 0 (spanbert.py:
+                            # SpanBERT's --max-pair-targets, 15).
+  m.sbo_position_width = 0  # Their embeddings' width, 0 = H (spanbert.py:
+                            # --pair-positional-embedding-size, 200).
   m.max_position_embeddings = 512
   m.type_vocab_size = 2
   m.hidden_dropout_rate = 0.1
@@ -78,7 +82,10 @@ def check(m, errors: list[str]) -> None:
          f'model.embedding_size={m.embedding_size} must be >= 0 (0 = the '
          'hidden size, no factorization).', errors)
   _check(m.sbo_positions >= 0, f'model.sbo_positions={m.sbo_positions} '
-         'must be >= 0 (SpanBERT uses 200).', errors)
+         'must be >= 0 (SpanBERT uses 15).', errors)
+  _check(m.sbo_position_width >= 0, 'model.sbo_position_width='
+         f'{m.sbo_position_width} must be >= 0 (0 = the hidden size; '
+         'SpanBERT uses 200).', errors)
   _check(m.max_position_embeddings >= 1, 'model.max_position_embeddings='
          f'{m.max_position_embeddings} must be >= 1.', errors)
   _check(m.type_vocab_size >= 0, 'model.type_vocab_size='
@@ -128,7 +135,9 @@ def encoder_config(m, vocab_size: int, sbo_positions: int = 0
 
   Args:
     m: the ``model`` section.
-    vocab_size: rows of the embedding table, already padded.
+    vocab_size: the tokenizer's vocabulary; the tables are padded to
+      ``padded_vocab_size`` rows, and the rows past it get no probability
+      (``BertConfig.real_vocab_size``).
     sbo_positions: relative positions of SpanBERT's span boundary head;
       0 = no such head (the objective decides).
   """
@@ -136,11 +145,12 @@ def encoder_config(m, vocab_size: int, sbo_positions: int = 0
                                           'num_heads', 'intermediate_size')
                if getattr(m, k)}
   return bert_lib.BertConfig.from_size(
-      m.size, vocab_size=vocab_size,
+      m.size, vocab_size=tokenizer_lib.padded_vocab_size(vocab_size),
+      real_vocab_size=vocab_size,
       max_position_embeddings=m.max_position_embeddings,
       type_vocab_size=m.type_vocab_size,
       embedding_size=m.embedding_size, num_layer_groups=m.num_layer_groups,
-      sbo_positions=sbo_positions,
+      sbo_positions=sbo_positions, sbo_position_width=m.sbo_position_width,
       hidden_dropout_rate=m.hidden_dropout_rate,
       attention_dropout_rate=m.attention_dropout_rate,
       dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),

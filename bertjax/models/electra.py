@@ -158,9 +158,9 @@ class Electra(nn.Module):
     h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
     h = bert_lib._constrain(h, 'act_batch', 'act_predictions', 'act_embed')
     h = self.generator_norm(bert_lib._gelu(gen, self.generator_transform(h)))
-    logits = self.embeddings.attend(h) + self.generator_bias.astype(gen.dtype)
-    return bert_lib._constrain(logits.astype(jnp.float32), 'act_batch',
-                               'act_predictions', 'act_vocab')
+    logits = self.embeddings.vocab_logits(h, self.generator_bias)
+    return bert_lib._constrain(logits, 'act_batch', 'act_predictions',
+                               'act_vocab')
 
   def discriminate(self, input_ids, token_type_ids, attention_mask,
                    deterministic: bool = True):

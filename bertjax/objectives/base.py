@@ -69,10 +69,11 @@ class Objective:
   Attributes:
     name: its ``objective.name``.
     make_task: ``(cfg, vocab_size) -> Task``: its networks, heads, loss,
-      metrics and FLOPs per token; ``vocab_size`` is padded.
+      metrics and FLOPs per token; ``vocab_size`` is the tokenizer's (the
+      networks pad their tables: models/config.py ``encoder_config``).
     encoder_config: ``(cfg, vocab_size) -> BertConfig``: the encoder a run
       of it leaves for fine-tuning and export (ELECTRA's discriminator, a
-      distilled student); ``vocab_size`` is padded.
+      distilled student); ``vocab_size`` is the tokenizer's.
     export_family: ``cfg -> str``: the transformers family that encoder
       exports as (bertjax/interop/hf_convert.py's ``FAMILIES``).
     section: the name of its own config section (``cfg.<section>``); ''

@@ -72,7 +72,6 @@ from bertjax.models import config as model_config_lib
 from bertjax.objectives import base
 from bertjax.objectives import losses
 from bertjax.objectives import registry
-from data_pipelines import tokenizer as tokenizer_lib
 
 NAME = 'distillation'
 
@@ -137,7 +136,7 @@ class TeacherRun:
   step: int                           # Its latest checkpoint.
   model: bert_lib.BertConfig          # Only what distillation runs.
   tokenizer_sha256: str
-  vocab_size: int                     # Padded, as the model's.
+  vocab_size: int                     # The tokenizer's (tables are padded).
 
 
 def _sha256(path: str) -> str:
@@ -186,7 +185,7 @@ def read_teacher(cfg) -> TeacherRun:
         f'depth (model.num_layer_groups={teacher_model.num_layer_groups}'
         '); the student copies distinct teacher layers, so the teacher '
         'must have none shared.')
-  vocab_size = tokenizer_lib.padded_vocab_size(meta['vocab_size'])
+  vocab_size = meta['vocab_size']
   # The compute dtype and attention kernel are this run's; the SBO, pooler
   # and NSP heads are neither run nor restored.
   teacher_model.dtype = cfg.model.dtype
@@ -420,7 +419,7 @@ def flops_per_token(cfg, student: bert_lib.BertConfig,
 
 def make_task(cfg, vocab_size: int) -> base.Task:
   """The student and its frozen teacher: ``params = {'student': ...,
-  'teacher': ...}``; ``vocab_size`` is this run's (padded).
+  'teacher': ...}``; ``vocab_size`` is this run's tokenizer's.
 
   Restores the teacher now (see the module docstring for why).
 
@@ -444,7 +443,7 @@ def make_task(cfg, vocab_size: int) -> base.Task:
   _check_tokenizer(model_path, teacher)
   if teacher.vocab_size != vocab_size:
     raise TeacherError(f'the teacher in {teacher.workdir!r} has '
-                       f'{teacher.vocab_size} vocabulary rows; this run '
+                       f'{teacher.vocab_size} vocabulary ids; this run '
                        f'has {vocab_size}.')
   if cfg.data.max_seq_length > teacher.model.max_position_embeddings:
     raise TeacherError(
@@ -502,7 +501,8 @@ def make_task(cfg, vocab_size: int) -> base.Task:
 def encoder_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
   """The student: its teacher's architecture with ``student_layers``
   layers, read from the teacher's run (an imported student, with no
-  teacher, carries it in the ``model`` section); ``vocab_size`` is padded.
+  teacher, carries it in the ``model`` section); ``vocab_size`` is the
+  tokenizer's.
 
   Raises:
     TeacherError: as ``read_teacher``.

@@ -37,6 +37,7 @@ often a draw equals the original, electra's sampled_masked_lm_accuracy).
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -195,10 +196,50 @@ def mask_tokens(key, input_ids, attention_mask, mask_prob: float,
 
 def sample(key, logits, temperature: float = 1.0):
   """Gumbel-max draws int32 [...] from ``softmax(logits / temperature)``,
-  with no gradient into ``logits`` [..., V]."""
-  logits = jax.lax.stop_gradient(logits) / temperature
-  gumbel = jax.random.gumbel(key, logits.shape, jnp.float32)
-  return jnp.argmax(logits + gumbel, axis=-1).astype(jnp.int32)
+  with no gradient into ``logits`` [..., V]. Padding rows
+  (``bert.PADDING_LOGIT``) stay impossible at any temperature: they are
+  -inf after the scaling, which a Gumbel draw cannot lift."""
+  logits = jax.lax.stop_gradient(logits)
+  logits = jnp.where(logits > bert_lib.PADDING_LOGIT, logits / temperature,
+                     -jnp.inf)
+  return jnp.argmax(logits + gumbel_noise(key, logits.shape),
+                    axis=-1).astype(jnp.int32)
+
+
+def gumbel_noise(key, shape) -> jax.Array:
+  """The standard Gumbel noise float32 ``shape`` that ``sample`` adds."""
+  return jax.random.gumbel(key, shape, jnp.float32)
+
+
+class Corruption(NamedTuple):
+  """What one step draws from its key before the networks run.
+
+  ``ids`` [B, L] are the original tokens, ``masked`` [B, L] the generator's
+  input, ``positions``/``weights``/``labels`` [B, P] its prediction slots
+  and their original tokens; ``sample_key`` draws the replacements
+  (``sample``), the other two keys the networks' dropout.
+  """
+  ids: jax.Array
+  masked: jax.Array
+  positions: jax.Array
+  weights: jax.Array
+  labels: jax.Array
+  sample_key: jax.Array
+  generator_key: jax.Array
+  discriminator_key: jax.Array
+
+
+def corrupt(key, batch: dict, e) -> Corruption:
+  """The step's masking of ``batch`` (the pipeline's masking undone) and
+  its keys, from the step's ``key``; ``e`` is the ``electra`` section."""
+  mask_key, sample_key, generator_key, discriminator_key = (
+      jax.random.split(key, 4))
+  ids = original_ids(batch)
+  masked, positions, weights = mask_tokens(
+      mask_key, ids, batch['attention_mask'], e.mask_prob, e.mask_token_prob)
+  labels = jnp.take_along_axis(ids, positions, axis=1)
+  return Corruption(ids, masked, positions, weights, labels, sample_key,
+                    generator_key, discriminator_key)
 
 
 def replace_tokens(input_ids, positions, weights, sampled_ids):
@@ -241,7 +282,7 @@ def electra_objective(generator_logits, masked_ids, masked_weights,
   sums of both (shapes as ``losses.masked_lm`` and
   ``replaced_token_detection``)."""
   mlm_loss, metrics = losses.masked_lm(generator_logits, masked_ids,
-                                       masked_weights)
+                                       masked_weights, count_offset=1e-6)
   rtd_loss, rtd_metrics = replaced_token_detection(rtd_logits, replaced,
                                                    attention_mask)
   metrics.update(rtd_metrics)
@@ -279,7 +320,8 @@ def flops_per_token(cfg, discriminator: bert_lib.BertConfig,
 
 
 def make_task(cfg, vocab_size: int) -> base.Task:
-  """Generator + discriminator trained together; ``vocab_size`` is padded."""
+  """Generator + discriminator trained together; ``vocab_size`` is the
+  tokenizer's."""
   e = cfg.electra   # Its values are checked by ``check``.
   discriminator, generator = model_configs(cfg, vocab_size)
   model = electra_lib.Electra(discriminator, generator)
@@ -292,13 +334,9 @@ def make_task(cfg, vocab_size: int) -> base.Task:
                       batch['attention_mask'], positions)['params']
 
   def loss(params, batch, key, deterministic):
-    mask_key, sample_key, generator_key, discriminator_key = (
-        jax.random.split(key, 4))
     types, attention_mask = batch['token_type_ids'], batch['attention_mask']
-    ids = original_ids(batch)
-    masked, positions, weights = mask_tokens(
-        mask_key, ids, attention_mask, e.mask_prob, e.mask_token_prob)
-    labels = jnp.take_along_axis(ids, positions, axis=1)
+    (ids, masked, positions, weights, labels, sample_key, generator_key,
+     discriminator_key) = corrupt(key, batch, e)
 
     def apply(method, dropout_key, *inputs):
       return model.apply({'params': params}, *inputs,

@@ -115,8 +115,7 @@ class Bertjax:
 
   def __init__(self, args, feed: bool = False):
     cfg = bertjax_config(args)
-    vocab = tokenizer_lib.padded_vocab_size(VOCAB_SIZE)
-    task = objectives.get(cfg.objective.name).make_task(cfg, vocab)
+    task = objectives.get(cfg.objective.name).make_task(cfg, VOCAB_SIZE)
     self.flops_per_token = task.flops_per_token
     spec = pipeline.batch_spec(cfg)
     steps = train.make_steps(cfg, task, spec)

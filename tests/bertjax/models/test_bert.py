@@ -116,3 +116,41 @@ def test_size_presets():
           cfg.intermediate_size) == (4, 256, 4, 1024)
   with pytest.raises(ValueError, match='model.size'):
     bert.BertConfig.from_size('huge', vocab_size=128)
+
+
+def test_padding_rows_of_the_vocabulary_get_no_probability_or_gradient():
+  """A 500-id tokenizer in a 512-row table: the padding rows start at zero,
+  the MLM and SBO logits give them PADDING_LOGIT (probability exactly 0),
+  and no loss reaches their embedding rows or output biases."""
+  cfg = bert.BertConfig(vocab_size=512, real_vocab_size=500, hidden_size=32,
+                        num_layers=1, num_heads=2, intermediate_size=64,
+                        max_position_embeddings=16, sbo_positions=4,
+                        hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
+  model = bert.BertForPreTraining(cfg)
+  ids, types, mask, positions = _inputs()
+  params = nn.unbox(jax.jit(model.init)(jax.random.key(0), ids, types, mask,
+                                        positions, positions)['params'])
+  table = params['embeddings']['word']['embedding']
+  assert not np.any(table[500:]) and np.all(np.abs(table[:500]).max(1) > 0)
+  # Large padding weights: were they scored, they would dominate.
+  params['embeddings']['word']['embedding'] = table.at[500:].set(5.0)
+  params['mlm_output_bias'] = params['mlm_output_bias'].at[500:].set(100.0)
+
+  def loss(p):
+    out = model.apply({'params': p}, ids, types, mask, positions, positions)
+    total = 0.0
+    for name in ('mlm_logits', 'sbo_logits'):
+      log_p = jax.nn.log_softmax(out[name])
+      total += -jnp.take_along_axis(log_p, ids[:, :P, None], -1).sum()
+    return total, out
+
+  grads, out = jax.jit(jax.grad(loss, has_aux=True))(params)
+  for name in ('mlm_logits', 'sbo_logits'):
+    np.testing.assert_array_equal(out[name][..., 500:], bert.PADDING_LOGIT)
+    probs = jax.nn.softmax(out[name])
+    assert not np.any(probs[..., 500:])
+    np.testing.assert_allclose(probs[..., :500].sum(-1), 1.0, rtol=1e-6)
+  assert not np.any(grads['embeddings']['word']['embedding'][500:])
+  assert not np.any(grads['mlm_output_bias'][500:])
+  assert not np.any(grads['sbo_output_bias'][500:])
+  assert np.abs(grads['embeddings']['word']['embedding'][:500]).sum() > 0

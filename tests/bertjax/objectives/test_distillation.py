@@ -292,7 +292,7 @@ def _write_teacher(workdir, checkpoint=True, tokenizer=b'teacher pieces'):
   tokenizer_path = os.path.join(workdir, distillation.TOKENIZER_MODEL)
   with open(tokenizer_path, 'wb') as f:
     f.write(tokenizer)
-  vocab = 512
+  vocab = 400
   model = bert.BertForPreTraining(objectives.bert.encoder_config(cfg, vocab))
   ids = jnp.zeros((1, 8), jnp.int32)
   params = _init(model, ids, ids, ids, ids[:, :2], seed=7)
@@ -346,7 +346,7 @@ def _batch(cfg):
 def test_student_starts_as_a_copy_of_the_teacher(teacher):
   workdir, teacher_params = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 2})
-  task = distillation.make_task(cfg, 512)
+  task = distillation.make_task(cfg, 400)
   params = nn.unbox(task.init(jax.random.key(0), _batch(cfg)))
   assert set(params) == {'student', 'teacher'}
   student, kept = params['student'], params['teacher']
@@ -376,7 +376,7 @@ def test_student_starts_as_a_copy_of_the_teacher(teacher):
 def test_student_layers_default_to_half_the_teacher(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 0})
-  params = distillation.make_task(cfg, 512).init(
+  params = distillation.make_task(cfg, 400).init(
       jax.random.key(0), _batch(cfg))
   assert sorted(k for k in params['student'] if k.startswith('layer_')) == [
       'layer_0', 'layer_1']
@@ -385,7 +385,7 @@ def test_student_layers_default_to_half_the_teacher(teacher):
 def test_teacher_gets_no_gradient_and_is_marked_frozen(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 2})
-  task = distillation.make_task(cfg, 512)
+  task = distillation.make_task(cfg, 400)
   params = nn.unbox(task.init(jax.random.key(0), _batch(cfg)))
   (loss, sums), grads = jax.jit(
       jax.value_and_grad(task.loss, has_aux=True), static_argnums=3)(
@@ -424,7 +424,7 @@ def test_teacher_workdir_without_a_checkpoint_fails(tmp_path):
   workdir = str(tmp_path / 'teacher')
   _write_teacher(workdir, checkpoint=False)
   with pytest.raises(distillation.TeacherError, match='has no checkpoint'):
-    distillation.make_task(_student_config(workdir), 512)
+    distillation.make_task(_student_config(workdir), 400)
 
 
 def test_tokenizer_must_be_the_teachers(teacher, tmp_path):
@@ -436,7 +436,7 @@ def test_tokenizer_must_be_the_teachers(teacher, tmp_path):
   with pytest.raises(distillation.TeacherError, match='is not the tokenizer'):
     distillation.prepare_config(cfg)
   with pytest.raises(distillation.TeacherError, match='is not the tokenizer'):
-    distillation.make_task(cfg, 512)
+    distillation.make_task(cfg, 400)
 
 
 def test_unset_tokenizer_points_at_the_teachers(teacher):
@@ -450,14 +450,14 @@ def test_unset_tokenizer_points_at_the_teachers(teacher):
   # Unprepared, the task refuses: the trainer would have loaded another
   # tokenizer.
   with pytest.raises(distillation.TeacherError, match='model_path is ""'):
-    distillation.make_task(cfg, 512)
+    distillation.make_task(cfg, 400)
 
 
 def test_student_deeper_than_teacher_fails(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 5})
   with pytest.raises(distillation.TeacherError, match='student_layers=5'):
-    distillation.make_task(cfg, 512)
+    distillation.make_task(cfg, 400)
 
 
 # ---- The preset.

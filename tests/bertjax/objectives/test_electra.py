@@ -411,3 +411,37 @@ def test_preset_trains_end_to_end_deterministically(tmp_path):
   strip = lambda r: {k: v for k, v in r.items() if k not in TIMING_FIELDS}
   assert ([strip(r) for r in _records(tmp_path / 'cli')]
           == [strip(r) for r in records])
+
+
+def test_generator_never_samples_a_padding_id():
+  """500 ids in a 512-row table, the 12 padding rows made the likeliest by
+  far: the generator's softmax still gives them nothing, at any
+  temperature."""
+  cfg = _tiny()
+  disc, gen = electra.model_configs(cfg, 500)
+  assert (disc.vocab_size, disc.output_vocab_size) == (512, 500)
+  model = electra_model.Electra(disc, gen)
+  _, batch = _batch(b=4, length=32, p=4)
+  inputs = (batch['input_ids'], batch['token_type_ids'],
+            batch['attention_mask'], batch['masked_positions'])
+  params = nn.unbox(jax.jit(model.init)(jax.random.key(0), *inputs)['params'])
+  # The padding rows start at zero (and have no gradient: test_bert.py).
+  assert not np.any(params['embeddings']['word']['embedding'][500:])
+  params['generator_output_bias'] = params['generator_output_bias'].at[
+      500:].set(1e6)
+  params['embeddings']['word']['embedding'] = params['embeddings']['word'][
+      'embedding'].at[500:].set(10.0)
+  logits = jax.jit(lambda p: model.apply(
+      {'params': p}, *inputs, method=electra_model.Electra.generate))(params)
+  # Unmasked, these rows would win every draw.
+  assert np.all(np.asarray(logits[..., :500]).max(-1) < 1e5)
+  np.testing.assert_array_equal(logits[..., 500:],
+                                electra_model.bert_lib.PADDING_LOGIT)
+  draw = jax.jit(jax.vmap(electra.sample, (0, None, None)),
+                 static_argnums=2)
+  for temperature in (1.0, 1e12):
+    ids = draw(jax.random.split(jax.random.key(1), 256), logits, temperature)
+    assert int(ids.max()) < 500, temperature
+  # At a huge temperature the real ids are drawn near uniformly, so the
+  # draws do reach the top of the real vocabulary.
+  assert int(ids.max()) >= 490
