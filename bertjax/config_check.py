@@ -153,8 +153,8 @@ def _raw_moments_with_other_beta2(cfg) -> str | None:
   return (f'optimizer.name={o.name!r} with optimizer.b2={o.b2}: {paper} '
           'keeps raw (not bias-corrected) moments and uses beta2 0.999; '
           "beta2 0.98 is RoBERTa's, with fairseq's bias-corrected Adam. Set "
-          "optimizer.b2=0.999, or optimizer.name='adamw' for RoBERTa's "
-          'optimizer.')
+          "optimizer.b2=0.999, or optimizer.name='fairseq_adam' for "
+          "RoBERTa's optimizer.")
 
 
 def _bert_optimizer_on_packed_data(cfg) -> str | None:
@@ -166,9 +166,9 @@ def _bert_optimizer_on_packed_data(cfg) -> str | None:
   return ("data.layout='full_sentences' with optimizer.name='bert_adamw' is "
           "BERT's optimizer (no bias correction) on RoBERTa's data: RoBERTa "
           'and SpanBERT, which train on packed single segments, use '
-          "fairseq's bias-corrected Adam. Set optimizer.name='adamw' (with "
-          "optimizer.schedule='warmup_linear', as "
-          'experiments/configs/span_masking.py).')
+          "fairseq's bias-corrected Adam. Set optimizer.name='fairseq_adam' "
+          "(with optimizer.schedule='warmup_linear', as "
+          'experiments/configs/roberta.py).')
 
 
 def _lamb_with_dropout(cfg) -> str | None:

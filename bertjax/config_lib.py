@@ -118,6 +118,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.objective.mlm_weight = 1.0
   c.objective.nsp_weight = 1.0    # 0 disables NSP (e.g. full_sentences).
   c.objective.sbo_weight = 0.0    # SpanBERT's span boundary objective.
+  c.objective.sbo_count_offset = 1e-5  # SBO loss = sum / (targets +
+                                  # this); spanbert.py: 1, SpanBERT's.
 
   # Each objective's own section (e.g. ``electra``, ``distillation``),
   # declared in its module (bertjax/objectives/).
@@ -194,14 +196,18 @@ def _masking_section() -> ml_collections.ConfigDict:
 def _optimizer_section() -> ml_collections.ConfigDict:
   """The ``optimizer`` section: google-research/bert's AdamWeightDecay."""
   o = ml_collections.ConfigDict()
-  o.name = 'bert_adamw'     # bert_adamw | adamw | lamb (ALBERT)
-  o.schedule = 'bert_linear'  # | warmup_linear | electra
+  o.name = 'bert_adamw'     # bert_adamw | adamw | fairseq_adam | lamb
+                            # (bertjax/optim.py says whose each is)
+  o.schedule = 'bert_linear'  # | warmup_linear | electra | spanbert
   o.learning_rate = 1e-4
   o.warmup_steps = 10_000
   o.b1 = 0.9
   o.b2 = 0.999
   o.eps = 1e-6
   o.weight_decay = 0.01
+  o.decay_mask = 'bert'     # Which leaves decay: bert (kernels and
+                            # embeddings, not biases or LayerNorm) | all
+                            # (fairseq's Adam).
   o.grad_clip_norm = 1.0    # 0 = no clipping.
   return o
 
@@ -598,7 +604,7 @@ def _check_objective(cfg, errors: list[str]) -> None:
   else:
     errors.append(f'objective.name={o.name!r}; use one of '
                   f'{objectives.names()}.')
-  for name in ('mlm_weight', 'nsp_weight', 'sbo_weight'):
+  for name in ('mlm_weight', 'nsp_weight', 'sbo_weight', 'sbo_count_offset'):
     _check(o[name] >= 0, f'objective.{name}={o[name]} must be >= 0.', errors)
 
 
@@ -620,6 +626,9 @@ def _check_optimizer(o, total_steps: int, errors: list[str]) -> None:
   _check(o.eps > 0, f'optimizer.eps={o.eps} must be > 0.', errors)
   _check(o.weight_decay >= 0, f'optimizer.weight_decay={o.weight_decay} '
          'must be >= 0.', errors)
+  _check(o.decay_mask in optim.DECAY_MASKS,
+         f'optimizer.decay_mask={o.decay_mask!r}; use one of '
+         f'{optim.DECAY_MASKS}.', errors)
   _check(o.grad_clip_norm >= 0, 'optimizer.grad_clip_norm='
          f'{o.grad_clip_norm} must be >= 0 (0 = no clipping).', errors)
 
@@ -680,7 +689,7 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
   _check(not o.sbo_weight or m.sbo_positions >= 1,
          f'model.sbo_positions={m.sbo_positions}: the span boundary head '
          '(objective.sbo_weight > 0) needs at least one relative position; '
-         'use >= 1 (SpanBERT uses 200).', errors)
+         'use >= 1 (SpanBERT uses 15).', errors)
   _check(d.layout != 'full_sentences' or not o.nsp_weight,
          'data.layout="full_sentences" has no sentence pairs: use '
          'objective.nsp_weight=0.', errors)

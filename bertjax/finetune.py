@@ -140,6 +140,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.b2 = 0.999
   c.optimizer.eps = 1e-6
   c.optimizer.weight_decay = 0.01
+  c.optimizer.decay_mask = 'bert'   # bertjax/optim.py DECAY_MASKS.
   c.optimizer.grad_clip_norm = 1.0
   c.sharding = ml_collections.ConfigDict()
   c.sharding.mesh_shape = (-1, 1, 1)

@@ -63,7 +63,7 @@ def mlm_head_forward(cfg: bert_lib.BertConfig) -> float:
 def sbo_head_forward(cfg: bert_lib.BertConfig) -> float:
   """Forward FLOPs per prediction of SpanBERT's SBO head."""
   d, e = cfg.hidden_size, cfg.embedding_width
-  return 2 * (3 * d * d + d * e + e * cfg.vocab_size)
+  return 2 * ((2 * d + cfg.sbo_width) * d + d * e + e * cfg.vocab_size)
 
 
 def masked_fraction(masking, max_seq_length: int) -> float:

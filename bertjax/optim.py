@@ -11,14 +11,32 @@ after clipping gradients to a global norm of 1.0, with the schedule
 ``lr = peak * t / W`` for ``t < W``, else ``peak * (1 - t / T)`` (linear decay
 measured from step 0, so the lr drops slightly at t = W).
 
-``adamw`` is Optax's standard AdamW (bias-corrected) with the same decay mask,
-for comparison.
+``adamw`` is Optax's standard AdamW, ``torch.optim.AdamW``'s formula:
+bias-corrected moments, ``m_hat / (sqrt(v_hat) + eps)``.
+
+``fairseq_adam`` is fairseq's Adam (fairseq/optim/adam.py, ``Adam.step``;
+the same formula as transformers' ``AdamW`` of 2019-2021 with
+``correct_bias=True``): bias-corrected, but epsilon is added to the raw
+``sqrt(v)`` and the correction folded into the step size,
+``lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)``, which is
+``m_hat / (sqrt(v_hat) + eps / sqrt(1 - b2^t))``: early steps see a larger
+epsilon than ``adamw``'s.
 
 ``lamb`` is ALBERT's LAMB (You et al., 2020, as google-research/albert's
 ``lamb_optimizer.py``): the same raw moments and decay, then each decayed
 weight's update is rescaled by the trust ratio ``||param|| / ||update||``
-(1 where either norm is 0); biases and LayerNorm parameters are excluded
-from both the decay and the adaptation, as albert does by default.
+(1 where either norm is 0), per tensor as albert's graph has them: the
+query, key and value kernels each have their own ratio although bertjax
+fuses them into one ``qkv_kernel``, and each layer of a scanned stack its
+own; biases and LayerNorm parameters are excluded from both the decay and
+the adaptation, as albert does by default.
+
+Weight decay applies to the leaves ``optimizer.decay_mask`` names (every
+variant decouples it from the moments, ``param -= lr * wd * param``):
+``bert``, kernels and embeddings but no bias or LayerNorm parameter
+(google-research/bert's and albert's ``exclude_from_weight_decay``,
+electra's, Hugging Face's ``no_decay``), or ``all`` (fairseq's Adam decays
+every parameter).
 """
 
 from __future__ import annotations
@@ -29,8 +47,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ('bert_adamw', 'adamw', 'lamb')
-SCHEDULES = ('bert_linear', 'warmup_linear', 'electra')
+OPTIMIZERS = ('bert_adamw', 'adamw', 'fairseq_adam', 'lamb')
+DECAY_MASKS = ('bert', 'all')
+SCHEDULES = ('bert_linear', 'warmup_linear', 'electra', 'spanbert')
 
 
 def bert_schedule(peak_learning_rate: float, warmup_steps: int,
@@ -46,8 +65,11 @@ def bert_schedule(peak_learning_rate: float, warmup_steps: int,
 
 def warmup_linear_schedule(peak_learning_rate: float, warmup_steps: int,
                            total_steps: int) -> optax.Schedule:
-  """fairseq's polynomial_decay (power 1): linear warmup to the peak at W,
-  then linear decay from the peak at W to 0 at T (RoBERTa, SpanBERT)."""
+  """fairseq's polynomial_decay (power 1; fairseq/optim/lr_scheduler/
+  polynomial_decay_schedule.py, stepped to 0 before the first update):
+  linear warmup from 0 to the peak at W, then linear decay from the peak
+  at W to 0 at T (RoBERTa); also transformers'
+  ``get_linear_schedule_with_warmup`` (DistilBERT)."""
   return optax.join_schedules([
       optax.linear_schedule(0.0, peak_learning_rate, warmup_steps),
       optax.linear_schedule(peak_learning_rate, 0.0,
@@ -65,6 +87,23 @@ def electra_schedule(peak_learning_rate: float, warmup_steps: int,
     decay = jnp.maximum(0.0, 1.0 - t / total_steps)
     return peak_learning_rate * decay * jnp.minimum(
         1.0, t / max(warmup_steps, 1))
+  return schedule
+
+
+def spanbert_schedule(peak_learning_rate: float, warmup_steps: int,
+                      total_steps: int) -> optax.Schedule:
+  """SpanBERT's: its fork of fairseq's polynomial_decay
+  (pretraining/fairseq/optim/lr_scheduler/polynomial_decay_schedule.py,
+  ``step_update``) as its trainer steps it. The scheduler first sets the lr
+  after the first update, so update 0 runs at the optimizer's initial lr,
+  the peak; update ``t >= 1`` at ``peak * t / W`` up to ``t = W``, then
+  ``peak * (1 - t / T)`` (decay measured from step 0, as BERT's)."""
+  def schedule(t):
+    t = jnp.asarray(t, jnp.float32)
+    warmup = peak_learning_rate * t / max(warmup_steps, 1)
+    decay = peak_learning_rate * jnp.maximum(0.0, 1.0 - t / total_steps)
+    lr = jnp.where(t <= warmup_steps, warmup, decay)
+    return jnp.where(t == 0, peak_learning_rate, lr)
   return schedule
 
 
@@ -93,20 +132,92 @@ def scale_by_adam_no_bias_correction(b1: float = 0.9, b2: float = 0.999,
   return optax.GradientTransformation(init, update)
 
 
+class ScaleByFairseqAdamState(NamedTuple):
+  count: jax.Array
+  mu: optax.Updates
+  nu: optax.Updates
+
+
+def scale_by_fairseq_adam(b1: float = 0.9, b2: float = 0.999,
+                          eps: float = 1e-8) -> optax.GradientTransformation:
+  """fairseq's Adam step: ``sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) +
+  eps)`` with ``t`` counting from 1 (fairseq/optim/adam.py)."""
+
+  def init(params):
+    zeros = jax.tree.map(lambda p: jnp.zeros_like(p, jnp.float32), params)
+    return ScaleByFairseqAdamState(count=jnp.zeros((), jnp.int32), mu=zeros,
+                                   nu=zeros)
+
+  def update(updates, state, params=None):
+    del params
+    count = state.count + 1
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu,
+                      updates)
+    t = count.astype(jnp.float32)
+    step_size = jnp.sqrt(1 - b2**t) / (1 - b1**t)
+    updates = jax.tree.map(lambda m, v: step_size * m / (jnp.sqrt(v) + eps),
+                           mu, nu)
+    return updates, ScaleByFairseqAdamState(count=count, mu=mu, nu=nu)
+
+  return optax.GradientTransformation(init, update)
+
+
+def _is_scanned(path) -> bool:
+  """Whether ``path`` is in a scanned stack (``model.scan_layers``), whose
+  leaves have a leading ``layers`` axis."""
+  return any(getattr(k, 'key', None) == 'layers' for k in path)
+
+
+def _reference_tensor_axes(path, leaf) -> tuple[int, ...]:
+  """The axes one reference tensor spans in ``leaf``: all but a scanned
+  stack's layer axis and the fused Q/K/V axis of ``qkv_kernel`` [D, 3, H,
+  K], which are separate tensors in the reference's graph."""
+  keep = set()
+  if _is_scanned(path):
+    keep.add(0)
+  if _leaf_name(path) == 'qkv_kernel':
+    keep.add(leaf.ndim - 3)
+  return tuple(a for a in range(leaf.ndim) if a not in keep)
+
+
+def scale_by_reference_trust_ratio() -> optax.GradientTransformation:
+  """LAMB's layer adaptation, ``update * ||param|| / ||update||`` (1 where
+  either norm is 0), with the norms per reference tensor
+  (``_reference_tensor_axes``)."""
+
+  def update(updates, state, params):
+    def scale(path, u, p):
+      axes = _reference_tensor_axes(path, u)
+      norm = lambda x: jnp.sqrt(jnp.sum(jnp.square(x), axis=axes,
+                                        keepdims=True))
+      p_norm, u_norm = norm(p), norm(u)
+      ratio = jnp.where((p_norm > 0) & (u_norm > 0), p_norm / u_norm, 1.0)
+      return (u * ratio).astype(u.dtype)
+    return jax.tree_util.tree_map_with_path(scale, updates, params), state
+
+  return optax.GradientTransformation(lambda params: optax.EmptyState(),
+                                      update)
+
+
 def _leaf_name(path) -> str:
   names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
   return str(names[-1]) if names else ''
 
 
-def decay_mask(params):
-  """True for weights that decay: kernels and embeddings.
+def decay_mask(params, which: str = 'bert'):
+  """True for the weights that decay.
 
-  Biases (incl. the MLM output bias) and LayerNorm scales/biases do not,
-  as in BERT (which excludes "LayerNorm", "layer_norm" and "bias").
+  ``bert``: kernels and embeddings; biases (incl. the MLM output bias) and
+  LayerNorm scales/biases do not, as in BERT (which excludes "LayerNorm",
+  "layer_norm" and "bias"). ``all``: every parameter (fairseq).
   """
+  if which not in DECAY_MASKS:
+    raise ValueError(f'optimizer.decay_mask={which!r}; use one of '
+                     f'{DECAY_MASKS}.')
   return jax.tree_util.tree_map_with_path(
-      lambda path, _: _leaf_name(path).endswith(('kernel', 'embedding')),
-      params)
+      lambda path, _: which == 'all' or _leaf_name(path).endswith(
+          ('kernel', 'embedding')), params)
 
 
 def make_schedule(cfg) -> optax.Schedule:
@@ -119,6 +230,8 @@ def make_schedule(cfg) -> optax.Schedule:
                                   cfg.total_steps)
   if o.schedule == 'electra':
     return electra_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
+  if o.schedule == 'spanbert':
+    return spanbert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
   return bert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
 
 
@@ -131,15 +244,19 @@ def make_optimizer(cfg) -> tuple[optax.GradientTransformation,
     scale = scale_by_adam_no_bias_correction(o.b1, o.b2, o.eps)
   elif o.name == 'adamw':
     scale = optax.scale_by_adam(o.b1, o.b2, o.eps)
+  elif o.name == 'fairseq_adam':
+    scale = scale_by_fairseq_adam(o.b1, o.b2, o.eps)
   else:
     raise ValueError(f'optimizer.name={o.name!r}; use one of {OPTIMIZERS}.')
+  decays = lambda params: decay_mask(params, o.decay_mask)
   parts = []
   if o.grad_clip_norm:
     parts.append(optax.clip_by_global_norm(o.grad_clip_norm))
   parts.append(scale)
   if o.weight_decay:
-    parts.append(optax.add_decayed_weights(o.weight_decay, mask=decay_mask))
+    parts.append(optax.add_decayed_weights(o.weight_decay, mask=decays))
   if o.name == 'lamb':
-    parts.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
+    # albert excludes the same leaves from the adaptation as from decay.
+    parts.append(optax.masked(scale_by_reference_trust_ratio(), decays))
   parts.append(optax.scale_by_learning_rate(schedule))
   return optax.chain(*parts), schedule

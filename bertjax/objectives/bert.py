@@ -23,7 +23,7 @@ NAME = 'bert'
 
 def encoder_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
   """The encoder with the heads its weights ask for (the SBO head when
-  ``objective.sbo_weight`` > 0); ``vocab_size`` is padded."""
+  ``objective.sbo_weight`` > 0); ``vocab_size`` is the tokenizer's."""
   m = cfg.model
   return model_config_lib.encoder_config(
       m, vocab_size, m.sbo_positions if cfg.objective.sbo_weight else 0)
@@ -53,7 +53,8 @@ def make_task(cfg, vocab_size: int) -> base.Task:
                           deterministic=deterministic,
                           rngs=None if deterministic else {'dropout': key})
     return losses.bert_pretraining(outputs, batch, o.mlm_weight,
-                                   o.nsp_weight, o.sbo_weight)
+                                   o.nsp_weight, o.sbo_weight,
+                                   o.sbo_count_offset)
 
   return base.Task(init, loss,
                    flops_per_token=flops_per_token(cfg, model_cfg))
@@ -62,12 +63,13 @@ def make_task(cfg, vocab_size: int) -> base.Task:
 def export_family(cfg) -> str:
   """ALBERT with shared layers or a factorized embedding; RoBERTa with no
   NSP, packed full sentences and fairseq's exact GELU; BERT otherwise.
-  Other runs without NSP (SpanBERT's single segments, tanh GELU) are BERTs,
-  as their papers released them."""
+  SpanBERT's runs (span masking, with or without SBO) are BERTs, as
+  SpanBERT released them."""
   if cfg.model.num_layer_groups or cfg.model.embedding_size:
     return 'albert'
   if (cfg.objective.nsp_weight == 0 and cfg.data.layout == 'full_sentences'
-      and cfg.model.gelu == 'exact'):
+      and cfg.model.gelu == 'exact' and not cfg.objective.sbo_weight
+      and cfg.masking.strategy != 'span'):
     return 'roberta'
   return 'bert'
 

@@ -13,16 +13,19 @@ import jax.numpy as jnp
 import optax
 
 
-def masked_lm(logits: jax.Array, labels: jax.Array, weights: jax.Array):
-  """BERT's MLM loss: ``sum(w * nll) / (sum(w) + 1e-5)``.
+def masked_lm(logits: jax.Array, labels: jax.Array, weights: jax.Array,
+              count_offset: float = 1e-5):
+  """BERT's MLM loss: ``sum(w * nll) / (sum(w) + count_offset)``.
 
   Args:
     logits: float32 [B, P, V].
     labels: int [B, P], the original token ids.
     weights: float32 [B, P], 1 for real prediction slots, 0 for padding.
+    count_offset: added to the count: 1e-5 in google-research/bert's
+      run_pretraining.py, 1e-6 in electra's.
   """
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-  loss = jnp.sum(weights * nll) / (jnp.sum(weights) + 1e-5)
+  loss = jnp.sum(weights * nll) / (jnp.sum(weights) + count_offset)
   correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
   return loss, {
       'mlm_loss_sum': jnp.sum(weights * nll),
@@ -42,15 +45,19 @@ def next_sentence(logits: jax.Array, labels: jax.Array):
   }
 
 
-def span_boundary(logits: jax.Array, labels: jax.Array, weights: jax.Array):
+def span_boundary(logits: jax.Array, labels: jax.Array, weights: jax.Array,
+                  count_offset: float = 1e-5):
   """SpanBERT's SBO loss: the MLM loss of the span boundary predictions
-  (same targets and weights as MLM), under its own metric names."""
-  loss, metrics = masked_lm(logits, labels, weights)
+  (same targets and weights as MLM), under its own metric names, its sum
+  divided by the count + ``count_offset`` (SpanBERT's ``NoNSPPairLoss``,
+  criterions/spanbert_loss.py: + 1)."""
+  loss, metrics = masked_lm(logits, labels, weights, count_offset)
   return loss, {k.replace('mlm_', 'sbo_'): v for k, v in metrics.items()}
 
 
 def bert_pretraining(outputs: dict, batch: dict, mlm_weight: float = 1.0,
-                     nsp_weight: float = 1.0, sbo_weight: float = 0.0):
+                     nsp_weight: float = 1.0, sbo_weight: float = 0.0,
+                     sbo_count_offset: float = 1e-5):
   """MLM + NSP (or SOP) + SBO, weighted; a loss of weight 0 is skipped."""
   mlm_loss, metrics = masked_lm(outputs['mlm_logits'], batch['masked_ids'],
                                 batch['masked_weights'])
@@ -62,7 +69,8 @@ def bert_pretraining(outputs: dict, batch: dict, mlm_weight: float = 1.0,
     metrics.update(nsp_metrics)
   if sbo_weight:
     sbo_loss, sbo_metrics = span_boundary(
-        outputs['sbo_logits'], batch['masked_ids'], batch['masked_weights'])
+        outputs['sbo_logits'], batch['masked_ids'], batch['masked_weights'],
+        sbo_count_offset)
     loss = loss + sbo_weight * sbo_loss
     metrics.update(sbo_metrics)
   return loss, metrics

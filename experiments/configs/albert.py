@@ -18,6 +18,14 @@ lamb_optimizer.py, the v2 model configs):
   LayerNorm excluded from decay and from the layer adaptation), epsilon
   1e-6, gradients clipped to a global norm of 1.0.
 
+Reference code (google-research/albert), followed step for step
+(tests/experiments/test_fidelity.py): lamb_optimizer.py
+``LAMBOptimizer.apply_gradients`` (raw moments, the trust ratio per
+tensor: the query, key and value kernels each their own, although bertjax
+fuses them); optimization.py ``create_optimizer`` (BERT's warmup and
+decay, the clip); run_pretraining.py ``get_masked_lm_output`` and
+``get_sentence_order_output``, added with weight 1.
+
   python -m bertjax.train --config=experiments/configs/albert.py:size=base \
       --workdir=$WORK/albert-base --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'

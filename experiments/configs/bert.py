@@ -14,6 +14,14 @@ run_pretraining.py, optimization.py):
 * static masking, dupe_factor 10, short_seq_prob 0.1, masked_lm_prob 0.15,
   80/10/10, NSP with 50% random-document negatives; dropout 0.1.
 
+Reference code (google-research/bert), which the optimizer, schedule,
+clipping and loss follow step for step (tests/experiments/
+test_fidelity.py): optimization.py ``create_optimizer`` (the schedule, the
+clip) and ``AdamWeightDecayOptimizer.apply_gradients`` (optimizer.name=
+'bert_adamw', decay_mask='bert': not "LayerNorm", "layer_norm", "bias");
+run_pretraining.py ``get_masked_lm_output`` (sum / (count + 1e-5)) and
+``get_next_sentence_output`` (the mean), added with weight 1.
+
 ``arg`` is a comma-separated list of ``key=value``: ``size`` (any of
 bertjax.models.bert.SIZES, default base) and ``phase`` (1 or 2).
 

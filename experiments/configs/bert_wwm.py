@@ -7,6 +7,10 @@ when one piece of a word is chosen, all its pieces are masked; 80/10/10 is
 decided per token; the count rule and every other setting are BERT's (see
 bert.py).
 
+Reference code: google-research/bert create_pretraining_data.py
+``create_masked_lm_predictions`` (``do_whole_word_mask``); the optimizer
+and loss are bert.py's (optimization.py, run_pretraining.py).
+
   python -m bertjax.train --config=experiments/configs/bert_wwm.py:size=base \
       --workdir=$WORK/bert-wwm-base --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'

@@ -37,6 +37,15 @@ The recipe (shared by every arm; departures from the presets, for size):
   (README, "Why the demo checkpoint fine-tunes worse than random
   weights").
 
+Reference code: each arm's preset's (its docstring names it; the
+optimizer, schedule and loss follow it step for step,
+tests/experiments/test_fidelity.py). The committed figures in
+experiments/results/compare_small predate three fidelity changes (the
+vocabulary softmax over the tokenizer's 2000 ids only, not the table's
+2048 rows; fairseq's Adam with every parameter decayed for RoBERTa; for
+SpanBERT, its head's 15 x 200 position embeddings, exact GELU, SBO
+normalisation and schedule), so a rerun trains differently.
+
 Fine-tuning (``finetune``): the embedded task (which standard-library
 package a docstring paragraph comes from, 8 classes, 930 held-out) in its
 low-resource form, 40 training examples per class drawn from the seed (a

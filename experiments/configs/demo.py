@@ -21,6 +21,9 @@ byte for byte reproducible for one set of package versions, not across them.
 Its encoder fine-tunes worse than random weights (README, "Why the demo
 checkpoint fine-tunes worse than random weights"); compare_small.py is the
 budget at which pretraining pays off downstream.
+
+Reference code: google-research/bert's, as bert.py (optimization.py's
+AdamWeightDecay, warmup and decay; run_pretraining.py's MLM + NSP loss).
 """
 
 from bertjax import config_lib

@@ -22,6 +22,16 @@ the README's training command, scripts/extract_distilbert.py):
   peak lr 5e-4, linear warmup over 5% of the steps, then linear decay to 0
   (``get_linear_schedule_with_warmup``); batches of 4K sequences.
 
+Reference code (huggingface/transformers, examples/research_projects/
+distillation), followed step for step (tests/experiments/
+test_fidelity.py): distiller.py ``Distiller.step`` (``KLDivLoss
+(reduction='batchmean')`` x T^2 on the masked positions,
+``CrossEntropyLoss``, ``CosineEmbeddingLoss`` over the last hidden states
+of the real tokens), ``Distiller.optimize`` (``clip_grad_norm_``) and its
+``torch.optim.AdamW`` with ``no_decay = ["bias", "LayerNorm.weight"]``
+(optimizer.name='adamw', torch's formula) and
+``get_linear_schedule_with_warmup``; train.py's flags.
+
   python -m bertjax.train --config=experiments/configs/distilbert.py \
       --workdir=$WORK/distilbert \
       --config.distillation.teacher_workdir=$WORK/bert-base \

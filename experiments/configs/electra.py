@@ -21,6 +21,17 @@ pretrain/pretrain_helpers.py, model/optimization.py):
   multiplicative warmup (schedule 'electra'); batch 128 / 256, 1M / 766k
   steps.
 
+Reference code (google-research/electra), followed step for step
+(tests/experiments/test_fidelity.py): model/optimization.py
+``create_optimizer`` (the schedule, the clip, ``exclude_from_weight_decay``)
+and ``AdamWeightDecayOptimizer``; run_pretraining.py ``PretrainingModel``:
+``_get_masked_lm_output`` (sum / (count + 1e-6)), ``_get_fake_data`` (a
+sample equal to the original is not "replaced"),
+``_get_discriminator_output`` (sum over the real tokens / (count + 1e-6)),
+and the generator sharing the discriminator's "electra/embeddings" scope
+(tables and their LayerNorm). [PAD] and the other specials can be sampled,
+as there; TensorFlow's lookup trains their rows when they are.
+
   python -m bertjax.train --config=experiments/configs/electra.py:size=small \
       --workdir=$WORK/electra-small --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'

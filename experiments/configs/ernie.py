@@ -11,6 +11,11 @@ a gazetteer file (one entity per line, or ``phrase<TAB>...``), matched on
 word boundaries while pre-tokenizing (data_pipelines/gazetteer.py). The
 model, data and optimizer are BERT's (bert.py).
 
+Reference code: PaddlePaddle/ERNIE ernie/batching.py ``mask`` (a unit is
+chosen with probability 0.15 at its first token, then each of its tokens
+is masked, replaced or kept); the optimizer and loss are google-research/
+bert's (bert.py).
+
 ``arg``: ``size`` and ``stage``: ``word``, ``phrase``, ``entity`` (one
 level, as the paper's stages, run one after another with
 ``--config.init_from``) or ``mixed`` (each row draws a level uniformly).

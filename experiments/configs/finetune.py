@@ -17,6 +17,10 @@ Appendix A.3): batch 32, 3 epochs, peak lr 2e-5 (the paper searches
 (Houlsby et al. 2019 search {3e-5 .. 3e-3}; a fixed encoder tolerates a
 large rate), with adapters of 64.
 
+Reference code: google-research/bert run_classifier.py (``create_model``:
+the pooled [CLS] output, dropout, one linear layer; optimization.py
+``create_optimizer`` with 10% warmup) and run_squad.py (the span head).
+
 The embedded task is sized for the demo's tiny model on a CPU: 256
 training examples per class (a low-resource task, where pretraining
 matters), 8 epochs, peak lr 2e-4 (1e-3 for head- or adapter-only modes).

@@ -3,7 +3,8 @@
 The import writes ``IMPORTED/config.json``: the checkpoint's architecture,
 its tokenizer and ``init_from=IMPORTED`` (the imported parameters, with a
 fresh optimizer), on top of bertjax's defaults (BERT's optimizer and data
-settings). Continue pretraining with it, overriding any training field:
+settings: google-research/bert's optimization.py, as bert.py). Continue
+pretraining with it, overriding any training field:
 
   python -m bertjax.train \\
       --config=experiments/configs/imported.py:IMPORTED/config.json \\

@@ -19,6 +19,9 @@ error naming it otherwise); ``files.text_format`` is
 ``arg``: ``size=demo`` (default) trains the demo's tiny model
 (configs/demo.py) on a CPU in minutes; ``size=base`` or ``size=large`` the
 BERT paper's phase-1 run (configs/bert.py).
+
+Reference code: google-research/bert (multilingual.md's smoothing; the
+optimizer and loss of bert.py).
 """
 
 from bertjax import config_lib

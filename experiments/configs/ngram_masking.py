@@ -7,6 +7,10 @@ words are visited in random order and an n-gram that would overshoot the
 budget is shortened; 80/10/10 per token. The model, data and optimizer are
 BERT's (bert.py), so the only difference from bert.py is the masking.
 
+Reference code: google-research/albert create_pretraining_data.py
+``create_masked_lm_predictions`` (the n-gram units); the optimizer and loss
+are google-research/bert's (bert.py).
+
   python -m bertjax.train \
       --config=experiments/configs/ngram_masking.py:size=base \
       --workdir=$WORK/bert-ngram-base --config.data.corpus.source=files \

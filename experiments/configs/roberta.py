@@ -15,13 +15,24 @@ README:
   to 0; the final run: batch 8K sequences, 500K steps, peak lr 6e-4 (base)
   / 4e-4 (large), warmup 24K / 30K steps.
 
+Reference code (facebookresearch/fairseq), which the optimizer, schedule
+and loss follow step for step (tests/experiments/test_fidelity.py):
+fairseq/optim/adam.py ``Adam.step`` (optimizer.name='fairseq_adam':
+epsilon on the raw sqrt(v), the bias correction in the step size,
+decoupled weight decay on every parameter: optimizer.decay_mask='all');
+fairseq/optim/lr_scheduler/polynomial_decay_schedule.py ``step_update``,
+stepped to 0 before the first update by fairseq/trainer.py
+(schedule 'warmup_linear'); fairseq/criterions/masked_lm.py (the summed
+cross-entropy over the masked tokens, divided by their number).
+
   python -m bertjax.train --config=experiments/configs/roberta.py:size=base \
       --workdir=$WORK/roberta-base --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'
 
 Departures: the vocabulary is a 50,265-piece SentencePiece BPE trained on
 the corpus, not GPT-2's byte-level BPE; at most 80 predictions per 512-token
-row (15% of 512 is 76.8, so the cap never binds).
+row (15% of 512 is 76.8, so the cap never binds); the MLM mean divides by
+the count + 1e-5 (BERT's), fairseq's by the count.
 """
 
 from bertjax import config_lib
@@ -48,11 +59,12 @@ def get_config(arg=None):
   c.batch_size = 8192
   c.total_steps = 500_000
   o = c.optimizer
-  o.name = 'adamw'                 # fairseq's Adam: bias-corrected.
+  o.name = 'fairseq_adam'          # fairseq/optim/adam.py.
   o.schedule = 'warmup_linear'
   o.learning_rate = learning_rate
   o.warmup_steps = warmup
   o.b1, o.b2, o.eps = 0.9, 0.98, 1e-6
   o.weight_decay = 0.01
+  o.decay_mask = 'all'             # fairseq decays every parameter.
   o.grad_clip_norm = 0.0
   return c

@@ -7,7 +7,17 @@ until 15% of the tokens are covered; 80/10/10 decided once per span, random
 tokens drawn from the corpus unigram distribution; no NSP, one contiguous
 segment of up to 512 tokens (full-sentence packing), short_seq_prob 0; Adam
 lr 1e-4, beta (0.9, 0.999), epsilon 1e-8, weight decay 0.01, clip 1.0,
-warmup 10k, linear decay, batch 256, 2.4M steps.
+warmup 10k, linear decay, batch 256, 2.4M steps; the exact (erf) GELU of
+its BERT port.
+
+Reference code: facebookresearch/SpanBERT's fork of fairseq, as its README's
+pretraining command runs it: pretraining/fairseq/optim/adam.py ``Adam.step``
+(optimizer.name='fairseq_adam', every parameter decayed:
+optimizer.decay_mask='all'); pretraining/fairseq/optim/lr_scheduler/
+polynomial_decay_schedule.py ``step_update`` with its trainer
+(schedule 'spanbert': the first update at the peak lr, then warmup from
+peak / W, and decay measured from step 0); pretraining/fairseq/models/
+pair_bert.py (the model, ``gelu`` = erf).
 
   python -m bertjax.train --config=experiments/configs/span_masking.py \
       --workdir=$WORK/span-base --config.data.corpus.source=files \
@@ -40,8 +50,10 @@ def get_config(arg=None):
   c.masking.corruption_unit = 'unit'
   c.masking.random_source = 'unigram'
   c.masking.dynamic = True
-  c.optimizer.name = 'adamw'            # fairseq's (bias-corrected) Adam.
-  c.optimizer.schedule = 'warmup_linear'
+  c.model.gelu = 'exact'
+  c.optimizer.name = 'fairseq_adam'     # SpanBERT's fairseq optim/adam.py.
+  c.optimizer.decay_mask = 'all'
+  c.optimizer.schedule = 'spanbert'
   c.optimizer.learning_rate = 1e-4
   c.optimizer.eps = 1e-8
   c.optimizer.warmup_steps = 10_000

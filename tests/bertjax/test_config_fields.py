@@ -61,6 +61,7 @@ INVALID = {
     'model.embedding_size': [-1],
     'model.num_layer_groups': [-1, 3],
     'model.sbo_positions': [-1, _With(0, _SPAN_BOUNDARY)],
+    'model.sbo_position_width': [-1],
     'model.max_position_embeddings': [0, 64],
     'model.type_vocab_size': [-1, 1],   # 1: segment B has type 1.
     'model.hidden_dropout_rate': [-0.1, 1.0],
@@ -80,6 +81,7 @@ INVALID = {
                                               'full_sentences',
                                               'objective.nsp_weight': 0.0})],
     'objective.sbo_weight': [-1.0],
+    'objective.sbo_count_offset': [-1.0],
     'electra.generator_hidden_fraction': [
         _With(0.0, _ELECTRA), _With(1.5, _ELECTRA),
         _With(0.001, _ELECTRA),            # round(0.128) = 0 units.
@@ -152,6 +154,7 @@ INVALID = {
     'optimizer.b2': [-0.1, 1.0],
     'optimizer.eps': [0.0],
     'optimizer.weight_decay': [-0.01],
+    'optimizer.decay_mask': ['biases'],
     'optimizer.grad_clip_norm': [-1.0],
     'sharding.mesh_shape': [(1, 1), (0, 1, 1), (-1, -1, 1)],
     'sharding.replicas': [0],

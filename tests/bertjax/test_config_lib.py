@@ -110,8 +110,10 @@ def test_span_preset_is_spanberts_run():
   c = _load('span_masking').get_config()
   assert (c.data.layout, c.data.max_seq_length, c.objective.nsp_weight,
           c.data.short_seq_prob) == ('full_sentences', 512, 0.0, 0.0)
-  assert (c.optimizer.eps, c.optimizer.learning_rate, c.total_steps,
-          c.optimizer.schedule) == (1e-8, 1e-4, 2_400_000, 'warmup_linear')
+  o = c.optimizer
+  assert (o.name, o.decay_mask, o.eps, o.learning_rate, c.total_steps,
+          o.schedule, c.model.gelu) == ('fairseq_adam', 'all', 1e-8, 1e-4,
+                                        2_400_000, 'spanbert', 'exact')
 
 
 @pytest.mark.parametrize('stage, mixture', [
@@ -256,15 +258,16 @@ def test_spanbert_preset_is_span_masking_plus_sbo():
   c = _load('spanbert').get_config()
   config_lib.validate(c)
   assert (c.objective.sbo_weight, c.model.sbo_positions,
-          c.objective.mlm_weight, c.objective.nsp_weight) == (1.0, 200, 1.0,
-                                                              0.0)
+          c.model.sbo_position_width, c.objective.sbo_count_offset,
+          c.objective.mlm_weight, c.objective.nsp_weight) == (
+              1.0, 15, 200, 1.0, 1.0, 0.0)
   ablation = _load('span_masking').get_config()
   assert ablation.objective.sbo_weight == 0.0
   c.objective.sbo_weight = 0.0
   assert c.to_dict() == ablation.to_dict()
   assert objectives.bert.encoder_config(c, 30592).sbo_positions == 0
   assert objectives.bert.encoder_config(_load('spanbert').get_config(),
-                                 30592).sbo_positions == 200
+                                 30592).sbo_positions == 15
 
 
 def test_sbo_needs_positions():
@@ -282,8 +285,9 @@ def test_roberta_preset_is_the_papers_final_run(size, lr, warmup):
   o = c.optimizer
   assert (o.name, o.schedule, o.learning_rate, o.warmup_steps, o.b1, o.b2,
           o.eps, o.weight_decay, o.grad_clip_norm) == (
-              'adamw', 'warmup_linear', lr, warmup, 0.9, 0.98, 1e-6, 0.01,
-              0.0)
+              'fairseq_adam', 'warmup_linear', lr, warmup, 0.9, 0.98, 1e-6,
+              0.01, 0.0)
+  assert o.decay_mask == 'all'     # fairseq's Adam decays every parameter.
   assert (c.data.layout, c.data.max_seq_length, c.objective.nsp_weight,
           c.masking.dynamic, c.batch_size, c.total_steps) == (
               'full_sentences', 512, 0.0, True, 8192, 500_000)

@@ -162,3 +162,92 @@ def test_electra_schedule_is_multiplicative_warmup(t):
   got = float(optim.make_schedule(_cfg(schedule='electra',
                                        learning_rate=peak))(t))
   np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize('t', [0, 1, 5, 9, 10, 11, 50, 99, 100])
+def test_spanbert_schedule_is_its_forks(t):
+  """SpanBERT's fairseq fork: the first update at the peak (the scheduler
+  first sets the lr after it), warmup from peak / W, decay from step 0."""
+  peak, w, total = 1e-4, 10, 100
+  expected = (peak if t == 0 else peak * t / w if t <= w
+              else peak * (1 - t / total))
+  got = float(optim.make_schedule(_cfg(schedule='spanbert',
+                                       learning_rate=peak))(t))
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
+
+
+def _reference_fairseq_adam(params, grads_seq, lr_fn, b1=0.9, b2=0.98,
+                            eps=1e-6, wd=0.01):
+  """fairseq/optim/adam.py ``Adam.step``, in float64: eps on the raw
+  sqrt(v), the bias correction in the step size, every parameter
+  decayed."""
+  params = {k: np.array(v, np.float64) for k, v in params.items()}
+  m = {k: np.zeros_like(v) for k, v in params.items()}
+  v = {k: np.zeros_like(x) for k, x in params.items()}
+  for t, grads in enumerate(grads_seq, start=1):
+    lr = lr_fn(t - 1)
+    for k in params:
+      m[k] = b1 * m[k] + (1 - b1) * grads[k]
+      v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
+      step_size = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
+      params[k] = params[k] - wd * lr * params[k]
+      params[k] = params[k] - step_size * m[k] / (np.sqrt(v[k]) + eps)
+  return params
+
+
+def test_fairseq_adam_matches_its_transcription_and_differs_from_adamw():
+  cfg = _cfg(name='fairseq_adam', b2=0.98, eps=1e-6, grad_clip_norm=0.0,
+             decay_mask='all')
+  tx, schedule = optim.make_optimizer(cfg)
+  rng = np.random.default_rng(2)
+  params = {'kernel': rng.normal(size=(4, 3)), 'bias': rng.normal(size=(3,))}
+  # Small gradients, where epsilon's place matters.
+  grads_seq = [{k: rng.normal(size=v.shape) * 1e-5 for k, v in params.items()}
+               for _ in range(12)]
+  p = _apply(tx, params, grads_seq)
+  expected = _reference_fairseq_adam(params, grads_seq,
+                                     lambda t: float(schedule(t)))
+  for k in params:
+    np.testing.assert_allclose(np.asarray(p[k]), expected[k], rtol=1e-5,
+                               atol=1e-7)
+  adamw, _ = optim.make_optimizer(_cfg(name='adamw', b2=0.98, eps=1e-6,
+                                       grad_clip_norm=0.0, decay_mask='all'))
+  adamw = _apply(adamw, params, grads_seq)
+  moved = np.abs(expected['kernel'] - params['kernel']).max()
+  assert np.abs(np.asarray(adamw['kernel']) - expected['kernel']).max() > (
+      0.01 * moved)
+
+
+def test_decay_mask_all_decays_every_parameter():
+  params = {'dense': {'kernel': 1.0, 'bias': 1.0},
+            'LayerNorm_0': {'scale': 1.0, 'bias': 1.0}}
+  assert all(jax.tree.leaves(optim.decay_mask(params, 'all')))
+  with pytest.raises(ValueError, match='optimizer.decay_mask'):
+    optim.decay_mask(params, 'none')
+
+
+def test_lamb_trust_ratio_is_per_reference_tensor():
+  """albert's graph has separate query, key and value kernels, and a scanned
+  stack is one tensor per layer: each gets its own ||w|| / ||u||."""
+  tx = optim.scale_by_reference_trust_ratio()
+  rng = np.random.default_rng(3)
+  qkv = jnp.asarray(rng.normal(size=(2, 4, 3, 2, 2)), jnp.float32)
+  qkv = qkv * jnp.asarray([1.0, 10.0, 0.1])[None, None, :, None, None]
+  update = jnp.asarray(rng.normal(size=qkv.shape), jnp.float32)
+  params = {'layers': {'scan': {'layer': {'attention': {'qkv_kernel': qkv}}}},
+            'out_kernel': qkv[0]}
+  updates = {'layers': {'scan': {'layer': {'attention': {
+      'qkv_kernel': update}}}}, 'out_kernel': update[0]}
+  out, _ = tx.update(updates, tx.init(params), params)
+  scanned = out['layers']['scan']['layer']['attention']['qkv_kernel']
+  for layer in range(2):
+    for part in range(3):
+      w, u = qkv[layer, :, part], update[layer, :, part]
+      np.testing.assert_allclose(
+          scanned[layer, :, part],
+          u * jnp.linalg.norm(w) / jnp.linalg.norm(u), rtol=1e-5)
+  # Any other leaf is one tensor (here a 4-d one named otherwise).
+  np.testing.assert_allclose(
+      out['out_kernel'],
+      update[0] * jnp.linalg.norm(qkv[0]) / jnp.linalg.norm(update[0]),
+      rtol=1e-5)
