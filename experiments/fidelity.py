@@ -394,9 +394,8 @@ def parameters(*models) -> dict:
 def run_steps(cfg, batches, named: dict, loss_fn: Callable, optimizer,
               schedule: Callable, clip: Callable | None = None
               ) -> tuple[list[float], list[float]]:
-  """The reference's loop: the loss (``loss_fn(t, batch)`` returns the
-  tensor to differentiate and the loss it reports), backward, clipping,
-  the optimizer at the step's lr."""
+  """The reference's loop: the loss (``loss_fn(t, batch)``), backward,
+  clipping, the optimizer at the step's lr."""
   rates, losses = [], []
   peak, warmup, total = (cfg.optimizer.learning_rate,
                          cfg.optimizer.warmup_steps, cfg.total_steps)
@@ -404,25 +403,25 @@ def run_steps(cfg, batches, named: dict, loss_fn: Callable, optimizer,
   for t, batch in enumerate(batches):
     for p in named.values():
       p.grad = None
-    objective, reported = loss_fn(t, batch)
-    objective.backward()
+    loss = loss_fn(t, batch)
+    loss.backward()
     if clip:
       clip(named)
     lr = lr_of(t)
     optimizer.step(lr)
     rates.append(lr)
-    losses.append(float(reported))
+    losses.append(loss.item())
   return rates, losses
 
 
-def mlm_loss(logits, batch, count_offset: float = 1e-5):
+def mlm_loss(logits, batch):
   """google-research/bert run_pretraining.py ``get_masked_lm_output``:
-  ``sum(w * -log p(label)) / (sum(w) + 1e-5)`` (electra's: 1e-6)."""
+  ``sum(w * -log p(label)) / (sum(w) + 1e-5)``."""
   log_probs = torch.log_softmax(gather(logits, _long(batch,
                                                      'masked_positions')), -1)
   nll = -log_probs.gather(-1, _long(batch, 'masked_ids')[..., None])[..., 0]
   w = _t(batch['masked_weights'])
-  return (w * nll).sum() / (w.sum() + count_offset)
+  return (w * nll).sum() / (w.sum() + 1e-5)
 
 
 def pair_loss(logits, batch):
@@ -431,8 +430,8 @@ def pair_loss(logits, batch):
       logits, _long(batch, 'next_sentence_labels'))
 
 
-def model_inputs(batch: dict, ids: str = 'input_ids') -> dict:
-  return {'input_ids': _long(batch, ids),
+def model_inputs(batch: dict) -> dict:
+  return {'input_ids': _long(batch, 'input_ids'),
           'attention_mask': _long(batch, 'attention_mask'),
           'token_type_ids': _long(batch, 'token_type_ids')}
 
@@ -441,42 +440,37 @@ def model_inputs(batch: dict, ids: str = 'input_ids') -> dict:
 # The six references.
 
 
-def reference_bert(cfg, params, batches, workdir):
-  """google-research/bert: MLM + NSP, AdamWeightDecay, clip 1.0."""
-  model = load_reference(workdir, params, cfg, 'bert')
+def _reference_sentence_pairs(cfg, params, batches, workdir, family: str,
+                               pair_logits: str, lamb: bool):
+  """MLM + the sentence-pair loss, weight 1 each, google-research/bert's
+  optimizer (albert's LAMB with ``lamb``) and schedule, clip 1.0."""
+  model = load_reference(workdir, params, cfg, family)
   named = parameters(('', model))
 
   def loss_fn(t, batch):
     out = model(**model_inputs(batch))
     loss = mlm_loss(out.prediction_logits, batch) + pair_loss(
-        out.seq_relationship_logits, batch)
-    return loss, loss.item()
+        getattr(out, pair_logits), batch)
+    return loss
 
   o = cfg.optimizer
   rates, losses = run_steps(
       cfg, batches, named, loss_fn,
-      AdamWeightDecay(named, o.b1, o.b2, o.eps, o.weight_decay),
+      AdamWeightDecay(named, o.b1, o.b2, o.eps, o.weight_decay, lamb=lamb),
       bert_schedule, lambda n: clip_tf(n, 1.0))
   return Trajectory(rates, losses, torch_state(model))
+
+
+def reference_bert(cfg, params, batches, workdir):
+  """google-research/bert: MLM + NSP, AdamWeightDecay."""
+  return _reference_sentence_pairs(cfg, params, batches, workdir, 'bert',
+                                   'seq_relationship_logits', lamb=False)
 
 
 def reference_albert(cfg, params, batches, workdir):
-  """google-research/albert: MLM + SOP, LAMB, clip 1.0."""
-  model = load_reference(workdir, params, cfg, 'albert')
-  named = parameters(('', model))
-
-  def loss_fn(t, batch):
-    out = model(**model_inputs(batch))
-    loss = mlm_loss(out.prediction_logits, batch) + pair_loss(
-        out.sop_logits, batch)
-    return loss, loss.item()
-
-  o = cfg.optimizer
-  rates, losses = run_steps(
-      cfg, batches, named, loss_fn,
-      AdamWeightDecay(named, o.b1, o.b2, o.eps, o.weight_decay, lamb=True),
-      bert_schedule, lambda n: clip_tf(n, 1.0))
-  return Trajectory(rates, losses, torch_state(model))
+  """google-research/albert: MLM + SOP, LAMB."""
+  return _reference_sentence_pairs(cfg, params, batches, workdir, 'albert',
+                                   'sop_logits', lamb=True)
 
 
 def reference_roberta(cfg, params, batches, workdir):
@@ -494,7 +488,7 @@ def reference_roberta(cfg, params, batches, workdir):
         reduction='none')
     total, sample_size = (w.flatten() * nll).sum(), w.sum()
     # trainer.py: multiply_grads(1 / sample_size), as dividing the loss.
-    return total / sample_size, (total / sample_size).item()
+    return total / sample_size
 
   o = cfg.optimizer
   rates, losses = run_steps(
@@ -583,7 +577,7 @@ def reference_spanbert(cfg, params, batches, workdir):
     left, right, offset = (_t(x).long() for x in _spans(batch))
     pair = ce(head(hidden, left, right, offset))
     loss = lm / w.sum() + cfg.objective.sbo_weight * pair / (w.sum() + 1)
-    return loss, loss.item()
+    return loss
 
   o = cfg.optimizer
   rates, losses = run_steps(
@@ -645,7 +639,7 @@ def reference_electra(cfg, params, batches, workdir):
         disc_logits, labels, reduction='none') * mask).sum() / (
             1e-6 + mask.sum())
     loss = e.generator_weight * mlm + e.discriminator_weight * disc
-    return loss, loss.item()
+    return loss
 
   o = cfg.optimizer
   rates, losses = run_steps(
@@ -766,7 +760,7 @@ def reference_distilbert(cfg, params, batches, workdir):
         s_sel, t_sel, torch.ones(s_sel.shape[0]))
     loss = (d.kl_weight * loss_ce + d.mlm_weight * loss_mlm
             + d.cosine_weight * loss_cos)
-    return loss, loss.item()
+    return loss
 
   rates, losses = run_steps(
       cfg, batches, named, loss_fn, Stepper(), linear_with_warmup,

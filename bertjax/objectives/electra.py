@@ -196,12 +196,12 @@ def mask_tokens(key, input_ids, attention_mask, mask_prob: float,
 
 def sample(key, logits, temperature: float = 1.0):
   """Gumbel-max draws int32 [...] from ``softmax(logits / temperature)``,
-  with no gradient into ``logits`` [..., V]. Padding rows
-  (``bert.PADDING_LOGIT``) stay impossible at any temperature: they are
+  with no gradient into ``logits`` [..., V]. Padding rows (about
+  ``bert.PADDING_LOGIT``) stay impossible at any temperature: they are
   -inf after the scaling, which a Gumbel draw cannot lift."""
   logits = jax.lax.stop_gradient(logits)
-  logits = jnp.where(logits > bert_lib.PADDING_LOGIT, logits / temperature,
-                     -jnp.inf)
+  logits = jnp.where(logits > bert_lib.PADDING_LOGIT / 2,
+                     logits / temperature, -jnp.inf)
   return jnp.argmax(logits + gumbel_noise(key, logits.shape),
                     axis=-1).astype(jnp.int32)
 

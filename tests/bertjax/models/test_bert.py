@@ -120,7 +120,7 @@ def test_size_presets():
 
 def test_padding_rows_of_the_vocabulary_get_no_probability_or_gradient():
   """A 500-id tokenizer in a 512-row table: the padding rows start at zero,
-  the MLM and SBO logits give them PADDING_LOGIT (probability exactly 0),
+  the MLM and SBO logits put them near PADDING_LOGIT (probability 0),
   and no loss reaches their embedding rows or output biases."""
   cfg = bert.BertConfig(vocab_size=512, real_vocab_size=500, hidden_size=32,
                         num_layers=1, num_heads=2, intermediate_size=64,
@@ -146,7 +146,7 @@ def test_padding_rows_of_the_vocabulary_get_no_probability_or_gradient():
 
   grads, out = jax.jit(jax.grad(loss, has_aux=True))(params)
   for name in ('mlm_logits', 'sbo_logits'):
-    np.testing.assert_array_equal(out[name][..., 500:], bert.PADDING_LOGIT)
+    assert np.all(out[name][..., 500:] < bert.PADDING_LOGIT / 2)
     probs = jax.nn.softmax(out[name])
     assert not np.any(probs[..., 500:])
     np.testing.assert_allclose(probs[..., :500].sum(-1), 1.0, rtol=1e-6)

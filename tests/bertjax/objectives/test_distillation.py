@@ -238,6 +238,24 @@ def test_soft_target_kl_matches_numpy(temperature):
       float(loss), rel=1e-6)
 
 
+@pytest.mark.parametrize('temperature', [0.5, 2.0])
+def test_soft_target_kl_ignores_the_padding_rows(temperature):
+  """Logits with padding rows (bert.PADDING_LOGIT, as the model makes them
+  past the tokenizer's vocabulary) give the KL of the real rows alone,
+  finite at any temperature (0 x log 0 stays 0)."""
+  x = _loss_inputs()
+  pad = lambda logits: np.concatenate([logits, np.full(
+      logits.shape[:-1] + (7,), bert.PADDING_LOGIT, np.float32)], -1)
+  padded, _ = distillation.soft_target_kl(
+      pad(x['student_logits']), pad(x['teacher_logits']),
+      x['masked_weights'], temperature)
+  real, _ = distillation.soft_target_kl(
+      x['student_logits'], x['teacher_logits'], x['masked_weights'],
+      temperature)
+  assert np.isfinite(float(padded))
+  assert float(padded) == pytest.approx(float(real), rel=1e-6)
+
+
 def test_soft_target_kl_is_zero_for_the_teacher_itself():
   x = _loss_inputs()
   loss, _ = distillation.soft_target_kl(x['teacher_logits'], x['teacher_logits'],
