@@ -14,10 +14,12 @@ Departures from BERT (for size only): the tiny model of Turc et al. 2019
 0.4M tokens; a small vocabulary gives frequent pieces that a tiny model
 learns in minutes), batch 32, 1200 steps, peak lr 1e-3 with 100 warmup
 steps, dynamic masking (the corpus is small enough that static masking would
-repeat). Measured on a 2-core CPU: 5.3 minutes with the data cached, final
-held-out MLM accuracy 0.141 against 0.054 for always predicting '.' (2.6x);
-with jax 0.10.2 and flax 0.12.8 (resolved 2026-11-25) 0.131 (2.4x): a run is
-byte for byte reproducible for one set of package versions, not across them.
+repeat). Measured on a 2-core CPU with jax 0.10.2 and flax 0.12.8: 2.7
+minutes with the data cached, final held-out MLM accuracy 0.127 against
+0.054 for always predicting '.' (2.35x). Before the vocabulary softmax left
+out the table's 48 padding rows it was 0.131 (2.4x), and with older
+packages 0.141: a run is byte for byte reproducible for one set of package
+versions and code, not across them.
 Its encoder fine-tunes worse than random weights (README, "Why the demo
 checkpoint fine-tunes worse than random weights"); compare_small.py is the
 budget at which pretraining pays off downstream.
