@@ -40,7 +40,7 @@ def jax_compilation_cache(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(items):
-  """Modules with end-to-end or fault tests run first.
+  """Modules with end-to-end, fault or long tests run first.
 
   ``--dist loadfile`` hands each module to whichever worker is free, in
   collection order; when the long modules come last, one worker finishes
@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(items):
   the end. Tests keep their order within a module.
   """
   heavy = {item.module.__name__ for item in items
-           if item.get_closest_marker('e2e') or item.get_closest_marker('fault')}
+           if any(item.get_closest_marker(m) for m in ('e2e', 'fault', 'long'))}
   order = {id(item): i for i, item in enumerate(items)}
   items.sort(key=lambda item: (item.module.__name__ not in heavy,
                                order[id(item)]))

@@ -18,6 +18,8 @@ _PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'spanbert', 'distilbert')
 # Measured: every difference is below 3e-4.
 TOLERANCE = 1e-3
+# About 45 s in all (a compile and a reference per family).
+pytestmark = pytest.mark.long
 
 
 @pytest.fixture(scope='module')
