@@ -40,6 +40,8 @@ setuptools.setup(
         # Accuracy, F1 and Matthews correlation of the downstream tasks.
         'scikit-learn>=1.9,<2',
         'tqdm>=4.66,<5',
+        # zstd-compressed corpus files, read as streams (data_pipelines/corpus.py).
+        'zstandard>=0.22,<1',
     ],
     extras_require={
         # torch: transformers runs the exported models in the tests; the

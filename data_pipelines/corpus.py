@@ -26,20 +26,24 @@ from __future__ import annotations
 
 import ast
 import bisect
+import bz2
 import collections
 import dataclasses
 import glob
+import gzip
 import hashlib
 import inspect
+import io
 import itertools
 import json
 import os
 import re
 import sysconfig
 import warnings
-from typing import Iterator, Sequence
+from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
+import zstandard
 
 SOURCES = ('embedded', 'files', 'tfds')
 TEXT_FORMATS = ('sentence_per_line', 'paragraphs', 'jsonl')
@@ -124,11 +128,15 @@ class CorpusSpec:
     source: 'embedded' (the Python standard library's documentation), 'files'
       (``path`` is a directory, a file or a glob), or 'tfds' (``tfds_name`` is
       ``name[/config][:version]:feature``, e.g. ``wikipedia/20230601.en:text``).
-    path: for 'files'.
+    path: for 'files': a directory (read recursively), a file or a glob
+      (``**`` recurses). Files ending in ``.gz``, ``.bz2``, ``.zst`` or
+      ``.zstd`` are decompressed as they are read.
     text_format: for 'files': 'sentence_per_line' (google-research/bert's
-      format: one sentence per line, a blank line between documents) or
-      'paragraphs' (each file is one document of free text; paragraphs are
-      split into sentences by a rule-based splitter).
+      format: one sentence per line, a blank line between documents; read
+      a line at a time, so a file of any size streams), 'paragraphs' (each
+      file is one document of free text; paragraphs are split into
+      sentences by a rule-based splitter) or 'jsonl' (a record per line,
+      streamed).
     tfds_name: for 'tfds'.
     tfds_split: for 'tfds'.
     tfds_data_dir: for 'tfds'; None means TFDS's default.
@@ -297,12 +305,44 @@ def _decode_utf8(data: bytes, counts: collections.Counter | None = None
   return data.decode('utf-8', errors='replace')
 
 
+# File name endings read through a decompressor.
+COMPRESSED = ('.gz', '.bz2', '.zst', '.zstd')
+
+
+def open_binary(file: str) -> BinaryIO:
+  """``file`` for reading bytes, decompressed as a stream if its name ends
+  in one of ``COMPRESSED``."""
+  if file.endswith('.gz'):
+    return gzip.open(file, 'rb')
+  if file.endswith('.bz2'):
+    return bz2.open(file, 'rb')
+  if file.endswith(('.zst', '.zstd')):
+    raw = open(file, 'rb')  # pylint: disable=consider-using-with
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
+        raw, closefd=True))
+  return open(file, 'rb')  # pylint: disable=consider-using-with
+
+
 def _read_text(file: str, counts: collections.Counter | None = None) -> str:
-  with open(file, 'rb') as f:
+  """The whole of ``file`` (decompressed), as text."""
+  with open_binary(file) as f:
     return _decode_utf8(f.read(), counts)
 
 
-def _sentence_per_line_documents(text: str, counts: collections.Counter
+def _text_lines(file: str, counts: collections.Counter | None = None
+                ) -> Iterator[str]:
+  """The lines of ``file`` (decompressed) as ``str.splitlines`` of its whole
+  text gives them, read a line at a time: a byte line ends at b'\n', which
+  no UTF-8 character contains, and splitting each one again gives the other
+  line breaks that ``splitlines`` knows. Invalid UTF-8 is counted as
+  ``_decode_utf8`` counts it."""
+  with open_binary(file) as f:
+    for raw in f:
+      yield from _decode_utf8(raw, counts).splitlines()
+
+
+def _sentence_per_line_documents(lines: Iterable[str],
+                                 counts: collections.Counter
                                  ) -> Iterator[Document]:
   """Documents in google-research/bert's format: a sentence per line.
 
@@ -314,7 +354,7 @@ def _sentence_per_line_documents(text: str, counts: collections.Counter
   """
   document: Document = []
   has_lines = False  # Since the last blank line; some may have been empty.
-  for line in text.splitlines():
+  for line in lines:
     if line and not line.isspace():
       has_lines = True
       line = clean_text(line, counts)
@@ -346,12 +386,11 @@ def read_text_files(path: str, text_format: str,
   for file in _expand_files(path):
     if text_format == 'jsonl':
       yield from read_jsonl(file, counts)
-      continue
-    text = _read_text(file, counts)
-    if text_format == 'sentence_per_line':
-      yield from _sentence_per_line_documents(text, counts)
-    else:
-      paragraphs = re.split(r'\n\s*\n', text)
+    elif text_format == 'sentence_per_line':
+      yield from _sentence_per_line_documents(_text_lines(file, counts),
+                                              counts)
+    else:   # A file is one document: read whole.
+      paragraphs = re.split(r'\n\s*\n', _read_text(file, counts))
       document = _paragraphs_to_document(paragraphs, counts)
       if document:
         yield document
@@ -509,7 +548,7 @@ def read_jsonl(file: str, counts: collections.Counter | None = None
   A record with no text counts in ``counts['empty_documents']``.
   """
   counts = collections.Counter() if counts is None else counts
-  for number, line in enumerate(_read_text(file, counts).splitlines(), 1):
+  for number, line in enumerate(_text_lines(file, counts), 1):
     if not line.strip():
       continue
     where = f'{file}:{number}'
@@ -708,10 +747,10 @@ def validate(spec: CorpusSpec) -> None:
                                    _VALIDATED_JSONL_RECORDS)
       has_text = sum(1 for _ in documents) > 0
     else:
-      # U+FFFD, what invalid UTF-8 becomes, is not text: SentencePiece's
-      # normalization removes it.
-      has_text = any(clean_text(_read_text(f)).replace('\ufffd', '').strip()
-                     for f in files[:1000])
+      # The heads of the first files, then (only if they hold none) all of
+      # every file, a line at a time.
+      has_text = (any(_has_text(f) for f in files[:1000])
+                  or any(_has_text(f, whole=True) for f in files))
     if not has_text:
       raise CorpusError(f'corpus.path={spec.path!r}: the {len(files)} files '
                         'found hold no text (only whitespace, control '
@@ -725,6 +764,22 @@ def validate(spec: CorpusSpec) -> None:
       raise CorpusError(
           f'corpus.tfds_name={spec.tfds_name!r}: no feature {feature!r}; '
           f'the dataset has {sorted(source[0])}.')
+
+
+# ``validate`` reads at most this much of a file to find text in it.
+_VALIDATED_BYTES = 1 << 20
+
+
+def _has_text(file: str, whole: bool = False) -> bool:
+  """Whether the first ``_VALIDATED_BYTES`` of ``file`` (with ``whole``,
+  any line of it) hold text."""
+  # U+FFFD, what invalid UTF-8 becomes, is not text: SentencePiece's
+  # normalization removes it (a character cut at the end of a head is one).
+  is_text = lambda s: bool(clean_text(s).replace('\ufffd', '').strip())
+  if whole:
+    return any(is_text(line) for line in _text_lines(file))
+  with open_binary(file) as f:
+    return is_text(_decode_utf8(f.read(_VALIDATED_BYTES)))
 
 
 def describe(spec: CorpusSpec) -> str:

@@ -1,5 +1,6 @@
 """Tests for data_pipelines.corpus: readers, sentence splitting, validation."""
 
+import collections
 import itertools
 import json
 import os
@@ -109,6 +110,66 @@ def test_sentence_per_line_keeps_lines_whole(tmp_path):
   docs = list(corpus.read_text_files(str(tmp_path / 'a.txt'),
                                      'sentence_per_line'))
   assert docs == [['Two sentences. On one line.', 'Next line.']]
+
+
+# Lines ending in \n, \r\n, \r and a form feed, blank and whitespace-only
+# lines, a control character, invalid UTF-8 and a multi-byte character.
+_MIXED = (b'Doc one, first.\r\nDoc one, second.\n\n'
+          b'Doc two \xff\xfe bytes.\rSame doc.\x0cAnd this.\n  \t\n'
+          b'\x07\nDoc three: caf\xc3\xa9 na\xc3\xafve.\n\n\n')
+
+
+def _compress(suffix: str, data: bytes) -> bytes:
+  import bz2, gzip, zstandard  # pylint: disable=g-import-not-at-top,multiple-imports
+  return {'': lambda d: d, '.gz': gzip.compress, '.bz2': bz2.compress,
+          '.zst': zstandard.ZstdCompressor().compress}[suffix](data)
+
+
+@pytest.mark.parametrize('text_format', ['sentence_per_line', 'jsonl'])
+def test_compressed_files_read_as_the_plain_one(tmp_path, text_format):
+  """gzip, bz2 and zstd files stream to the same documents and counts as
+  the plain file; a line at a time gives what splitting the whole text
+  into lines gave."""
+  data = _MIXED if text_format == 'sentence_per_line' else b''.join(
+      json.dumps({'text': line.decode('utf-8', 'replace')}).encode() + b'\n'
+      for line in _MIXED.split(b'\n') if line.strip())
+  results = []
+  for suffix in ('', '.gz', '.bz2', '.zst'):
+    _write(tmp_path / suffix.strip('.') / f'a.txt{suffix}',
+           _compress(suffix, data))
+    counts = collections.Counter()
+    results.append((list(corpus.read_text_files(
+        str(tmp_path / suffix.strip('.')), text_format, counts)), counts))
+  assert all(r == results[0] for r in results[1:])
+  docs, counts = results[0]
+  if text_format == 'sentence_per_line':
+    # The whole text, split at once, as the reader did before it streamed.
+    whole = list(corpus._sentence_per_line_documents(  # pylint: disable=protected-access
+        corpus._decode_utf8(_MIXED).splitlines(), collections.Counter()))  # pylint: disable=protected-access
+    assert docs == whole and len(docs) == 3
+    assert counts['invalid_utf8_bytes'] == 2
+    assert counts['invalid_utf8_lines'] == 1
+
+
+def test_directories_are_read_recursively_compressed_or_not(tmp_path):
+  _write(tmp_path / 'b' / 'deep' / 'c.txt.gz', _compress('.gz', b'From c.\n'))
+  _write(tmp_path / 'a.txt.zst', _compress('.zst', b'From a.\n'))
+  _write(tmp_path / 'b' / 'b.txt.bz2', _compress('.bz2', b'From b.\n'))
+  docs = list(corpus.read_text_files(str(tmp_path), 'sentence_per_line'))
+  assert docs == [['From a.'], ['From b.'], ['From c.']]
+  spec = CorpusSpec(source='files', path=str(tmp_path))
+  corpus.validate(spec)   # Finds text in the compressed files.
+
+
+def test_validate_finds_text_past_a_files_head(tmp_path):
+  """validate reads the heads of files first; text only after 1 MiB of
+  blank lines is still found."""
+  _write(tmp_path / 'a.txt', b'\n' * (corpus._VALIDATED_BYTES + 10)  # pylint: disable=protected-access
+         + b'Late text.\n')
+  corpus.validate(CorpusSpec(source='files', path=str(tmp_path)))
+  _write(tmp_path / 'a.txt', b'\n' * (corpus._VALIDATED_BYTES + 10))  # pylint: disable=protected-access
+  with pytest.raises(CorpusError, match='hold no text'):
+    corpus.validate(CorpusSpec(source='files', path=str(tmp_path)))
 
 
 def test_glob_path(tmp_path):
