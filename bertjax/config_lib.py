@@ -156,7 +156,9 @@ def _data_section() -> ml_collections.ConfigDict:
   d.tokenizer.model_path = ''    # '' = train one on the corpus.
   d.tokenizer.vocab_size = 30522
   d.tokenizer.model_type = 'unigram'
-  d.tokenizer.max_sentences = 2_000_000
+  d.tokenizer.max_sentences = 2_000_000  # A seeded uniform sample of the
+                                  # corpus's sentences (all, if fewer).
+  d.tokenizer.sample_seed = 0     # Draws that sample.
   d.data_dir = default_data_dir()
   d.gazetteer_path = ''          # Entities/phrases for 'entity' masking.
   d.eval_fraction = 0.01
@@ -561,6 +563,8 @@ def _check_tokenizer(tok, errors: list[str]) -> None:
   _check(tok.max_sentences >= 1, 'data.tokenizer.max_sentences='
          f'{tok.max_sentences} must be >= 1 (sentences to train the '
          'tokenizer on).', errors)
+  _check(0 <= tok.sample_seed < 2**32, 'data.tokenizer.sample_seed='
+         f'{tok.sample_seed} must be in [0, 2**32).', errors)
 
 
 def _corpora(d) -> list:

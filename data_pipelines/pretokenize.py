@@ -351,7 +351,10 @@ def cache_key(*parts) -> str:
 def cached_tokenizer(data_cfg, text_key: tuple,
                      sentences_fn: Callable[[], Iterable[str]]
                      ) -> tokenizer_lib.Tokenizer:
-  """Loads ``tokenizer.model_path``, or trains one on ``sentences_fn()``.
+  """Loads ``tokenizer.model_path``, or trains one on a seeded uniform
+  sample of ``tokenizer.max_sentences`` of ``sentences_fn()`` (all of them
+  if there are fewer: ``tokenizer.sample_sentences``, one pass, memory for
+  the sample alone).
 
   A trained model is cached in ``data_dir/tokenizers/<key>/spm.model``, the
   key covering ``text_key`` (what identifies the training text) and the
@@ -360,15 +363,19 @@ def cached_tokenizer(data_cfg, text_key: tuple,
   tok_cfg = data_cfg.tokenizer
   if tok_cfg.model_path:
     return tokenizer_lib.Tokenizer.load(tok_cfg.model_path)
+  # 'sampled': models trained on the first max_sentences are not reused.
   key = cache_key(*text_key, tok_cfg.vocab_size, tok_cfg.model_type,
-                  tok_cfg.max_sentences, tokenizer_lib.TRAINING_THREADS)
+                  tok_cfg.max_sentences, tokenizer_lib.TRAINING_THREADS,
+                  'sampled', tok_cfg.get('sample_seed', 0))
   path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
   if os.path.exists(path):
     return tokenizer_lib.Tokenizer.load(path)
   logging.info('Training a %s SentencePiece model of %d pieces -> %s',
                tok_cfg.model_type, tok_cfg.vocab_size, path)
+  sample = tokenizer_lib.sample_sentences(
+      sentences_fn(), tok_cfg.max_sentences, tok_cfg.get('sample_seed', 0))
   tokenizer = tokenizer_lib.train(
-      sentences_fn(), tok_cfg.vocab_size, tok_cfg.model_type,
+      sample, tok_cfg.vocab_size, tok_cfg.model_type,
       max_sentences=tok_cfg.max_sentences)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tokenizer.save(path)

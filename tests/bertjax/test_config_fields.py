@@ -121,6 +121,7 @@ INVALID = {
     'data.tokenizer.vocab_size': [5],
     'data.tokenizer.model_type': ['wordpiece'],
     'data.tokenizer.max_sentences': [0],
+    'data.tokenizer.sample_seed': [-1],
     'data.data_dir': [''],
     'data.gazetteer_path': ['/no/such/gazetteer'],
     'data.eval_fraction': [0.0, 1.0],

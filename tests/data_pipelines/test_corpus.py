@@ -556,3 +556,27 @@ def test_jsonl_errors_name_the_line(tmp_path, line, complaint):
   assert 'docs.jsonl:3' in message
   assert complaint in message
   assert '"text"' in message and 'kind' in message  # Says what to write.
+
+
+def test_the_tokenizer_sample_reaches_the_last_file(tmp_path, monkeypatch):
+  """With room for a tenth of the corpus's sentences, the tokenizer trains
+  on a sample of all the files, not on the first ones."""
+  from bertjax import config_lib  # pylint: disable=g-import-not-at-top
+  from data_pipelines import pretokenize  # pylint: disable=g-import-not-at-top
+  from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  for f in range(10):
+    _write(tmp_path / 'corpus' / f'{f}.txt', ''.join(
+        f'File {f} sentence {i}.\n' for i in range(50)))
+  data = config_lib.base_config().data
+  data.corpus.source, data.corpus.path = 'files', str(tmp_path / 'corpus')
+  data.data_dir, data.tokenizer.max_sentences = str(tmp_path / 'data'), 50
+  data.tokenizer.vocab_size = 60
+  seen = []
+  real_train = tokenizer_lib.train
+  monkeypatch.setattr(tokenizer_lib, 'train', lambda sentences, *a, **k: (
+      seen.extend(sentences), real_train(seen, *a, **k))[1])
+  spec = CorpusSpec.from_config(data.corpus)
+  pretokenize.load_or_train_tokenizer(data, spec, corpus.fingerprint(spec))
+  assert len(seen) == 50
+  assert any(s.startswith('File 9 ') for s in seen)
+  assert len({s.split()[1] for s in seen}) >= 8   # From most files.
