@@ -28,6 +28,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
+import tempfile
 from typing import Callable, Iterable, Iterator
 from unittest import mock
 
@@ -215,34 +217,92 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager
-    return {'train': self._generate_examples(is_eval=False),
-            'eval': self._generate_examples(is_eval=True)}
+    one_pass = _OnePass(self)
+    return {split: self._generate_examples(one_pass, split)
+            for split in ('train', 'eval')}
 
-  def _generate_examples(self, is_eval: bool) -> Iterator:
-    counts = collections.Counter()
-    count = kept = 0
+  def _generate_examples(self, one_pass: '_OnePass', split: str) -> Iterator:
+    """(doc index, record) of ``split``, from the one pass of the corpus."""
+    return one_pass.examples(split)
+
+  def _tokenized(self, counts: collections.Counter) -> Iterator:
+    """(split, doc index, record) of every document, tokenized once."""
     for doc_index, record in _tokenize_documents(
         self._documents_fn(counts), self._tokenizer, self._num_threads,
         self._gazetteer, counts):
-      kept += 1
       in_eval = counter_rng.uniform(
           self._split_seed, counter_rng.Stream.EVAL_SPLIT,
           doc_index) < self._eval_fraction
-      if bool(in_eval) == is_eval:
-        count += 1
-        yield doc_index, record
+      yield ('eval' if in_eval else 'train'), doc_index, record
+
+  def _finish(self, counts: collections.Counter, sizes: dict) -> None:
+    """After the pass: fails on an empty corpus or split, and records what
+    reading and tokenizing skipped (TFDS writes the metadata with the
+    records, after the last split)."""
     skipped = {key: int(counts[key]) for key in corpus_lib.SKIP_COUNTERS}
-    if not kept:
+    if not sum(sizes.values()):
       raise DataError(
           f'{self._corpus_name}: no document has text to pre-tokenize; '
           f'preparing the data skipped {format_skipped(skipped)} (see '
           'corpus.SKIP_COUNTERS). Check the path, the text format and that '
           'the files are UTF-8 text.')
-    # Each split's pass reads the whole corpus, so both count the same.
-    # TFDS writes the metadata with the records, after the last split.
     self.info.metadata['skipped'] = skipped
-    split = 'eval' if is_eval else 'train'
-    check_split_size(split, count, self._eval_fraction, skipped)
+    for split in ('train', 'eval'):
+      check_split_size(split, sizes[split], self._eval_fraction, skipped)
+
+
+class _OnePass:
+  """One reading and tokenization of the corpus for both splits.
+
+  The split TFDS writes first gets its records as they are made; the
+  other's are pickled to a spool file as they go by and replayed when TFDS
+  asks for them. TFDS writes 'train' first, so the spool holds the eval
+  split (``eval_fraction`` of the corpus), not a second copy of the corpus,
+  and the corpus is tokenized once, not once per split. TFDS orders the
+  records by their keys, so the files are the bytes that a pass per split
+  wrote.
+  """
+
+  def __init__(self, builder: PretokenizedCorpus):
+    self._builder = builder
+    self._first = None
+    self._spool = None
+
+  def examples(self, split: str) -> Iterator:
+    if self._first is None:
+      self._first = split
+      yield from self._pass(split)
+      return
+    if self._spool is None:
+      raise AssertionError(f'split {split!r} was asked for before '
+                           f'{self._first!r} was written.')
+    with self._spool:
+      self._spool.seek(0)
+      while True:
+        try:
+          yield pickle.load(self._spool)
+        except EOFError:
+          return
+
+  def _pass(self, split: str) -> Iterator:
+    counts = collections.Counter()
+    sizes = {'train': 0, 'eval': 0}
+    os.makedirs(self._builder.data_dir_root, exist_ok=True)
+    spool = tempfile.TemporaryFile(  # pylint: disable=consider-using-with
+        dir=self._builder.data_dir_root)
+    try:
+      for record_split, doc_index, record in self._builder._tokenized(counts):  # pylint: disable=protected-access
+        sizes[record_split] += 1
+        if record_split == split:
+          yield doc_index, record
+        else:
+          pickle.dump((doc_index, record), spool,
+                      protocol=pickle.HIGHEST_PROTOCOL)
+      self._builder._finish(counts, sizes)  # pylint: disable=protected-access
+    except BaseException:
+      spool.close()
+      raise
+    self._spool = spool
 
 
 def _tokenize_documents(documents: Iterable[list[str]],

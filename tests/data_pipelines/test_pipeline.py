@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bertjax import config_lib
+from data_pipelines import corpus as corpus_lib
 from data_pipelines import instances
 from data_pipelines import masking
 from data_pipelines import pipeline
@@ -212,6 +213,31 @@ def test_changed_settings_use_another_directory(prepared, tmp_dir):
   resplit = pretokenize.prepare(other.data, num_threads=2)
   assert resplit.tokenizer.sha256 == prepared.tokenizer.sha256
   assert resplit.directory not in (prepared.directory, rebuilt.directory)
+
+
+def test_the_corpus_is_read_and_tokenized_once_for_both_splits(
+    prepared, tmp_dir, monkeypatch):
+  """Both splits come from one pass (the eval records spooled by the train
+  split's pass). The files are the bytes a pass per split wrote:
+  tests/bertjax/test_resume_fixture.py resumes on them bit for bit."""
+  passes = []
+  read = corpus_lib.read_documents
+  monkeypatch.setattr(corpus_lib, 'read_documents', lambda *a, **k: (
+      passes.append(1), read(*a, **k))[1])
+  other = _config(tmp_dir)
+  other.data.split_seed = 2   # Another key: prepared anew.
+  other.data.tokenizer.model_path = os.path.join(
+      other.data.data_dir, 'spm.model')
+  prepared.tokenizer.save(other.data.tokenizer.model_path)
+  again = pretokenize.prepare(other.data, num_threads=2)
+  assert len(passes) == 1
+  for split in ('train', 'eval'):
+    source = getattr(again, f'{split}_source')
+    assert len(source) == getattr(again, f'{split}_index').num_documents > 0
+  # Another split of the same documents.
+  assert (again.train_index.num_documents + again.eval_index.num_documents
+          == prepared.train_index.num_documents
+          + prepared.eval_index.num_documents)
 
 
 def test_too_small_corpus(tmp_path):
