@@ -132,35 +132,16 @@ def scale_by_adam_no_bias_correction(b1: float = 0.9, b2: float = 0.999,
   return optax.GradientTransformation(init, update)
 
 
-class ScaleByFairseqAdamState(NamedTuple):
-  count: jax.Array
-  mu: optax.Updates
-  nu: optax.Updates
-
-
 def scale_by_fairseq_adam(b1: float = 0.9, b2: float = 0.999,
                           eps: float = 1e-8) -> optax.GradientTransformation:
-  """fairseq's Adam step: ``sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) +
-  eps)`` with ``t`` counting from 1 (fairseq/optim/adam.py)."""
-
-  def init(params):
-    zeros = jax.tree.map(lambda p: jnp.zeros_like(p, jnp.float32), params)
-    return ScaleByFairseqAdamState(count=jnp.zeros((), jnp.int32), mu=zeros,
-                                   nu=zeros)
-
-  def update(updates, state, params=None):
-    del params
-    count = state.count + 1
-    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
-    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu,
-                      updates)
-    t = count.astype(jnp.float32)
-    step_size = jnp.sqrt(1 - b2**t) / (1 - b1**t)
-    updates = jax.tree.map(lambda m, v: step_size * m / (jnp.sqrt(v) + eps),
-                           mu, nu)
-    return updates, ScaleByFairseqAdamState(count=count, mu=mu, nu=nu)
-
-  return optax.GradientTransformation(init, update)
+  """fairseq's Adam step (fairseq/optim/adam.py): BERT's raw-moment
+  ``m / (sqrt(v) + eps)`` times ``sqrt(1 - b2^t) / (1 - b1^t)``, ``t``
+  counting updates from 1."""
+  return optax.chain(
+      scale_by_adam_no_bias_correction(b1, b2, eps),
+      optax.scale_by_schedule(
+          lambda count: jnp.sqrt(1 - b2**(count + 1.0)) / (
+              1 - b1**(count + 1.0))))
 
 
 def _is_scanned(path) -> bool:

@@ -217,7 +217,7 @@ class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     del dl_manager
-    one_pass = _OnePass(self)
+    one_pass = _OnePass(self._tokenized, self._finish, self.data_dir_root)
     return {split: self._generate_examples(one_pass, split)
             for split in ('train', 'eval')}
 
@@ -263,8 +263,14 @@ class _OnePass:
   wrote.
   """
 
-  def __init__(self, builder: PretokenizedCorpus):
-    self._builder = builder
+  def __init__(self, tokenized: Callable[[collections.Counter], Iterator],
+               finish: Callable[[collections.Counter, dict], None],
+               spool_dir: str):
+    """``tokenized(counts)`` yields (split, doc index, record) of every
+    document; ``finish(counts, sizes)`` runs after the last one."""
+    self._tokenized = tokenized
+    self._finish = finish
+    self._spool_dir = spool_dir
     self._first = None
     self._spool = None
 
@@ -287,18 +293,18 @@ class _OnePass:
   def _pass(self, split: str) -> Iterator:
     counts = collections.Counter()
     sizes = {'train': 0, 'eval': 0}
-    os.makedirs(self._builder.data_dir_root, exist_ok=True)
+    os.makedirs(self._spool_dir, exist_ok=True)
     spool = tempfile.TemporaryFile(  # pylint: disable=consider-using-with
-        dir=self._builder.data_dir_root)
+        dir=self._spool_dir)
     try:
-      for record_split, doc_index, record in self._builder._tokenized(counts):  # pylint: disable=protected-access
+      for record_split, doc_index, record in self._tokenized(counts):
         sizes[record_split] += 1
         if record_split == split:
           yield doc_index, record
         else:
           pickle.dump((doc_index, record), spool,
                       protocol=pickle.HIGHEST_PROTOCOL)
-      self._builder._finish(counts, sizes)  # pylint: disable=protected-access
+      self._finish(counts, sizes)
     except BaseException:
       spool.close()
       raise

@@ -439,6 +439,17 @@ def table(result: dict) -> str:
   ]))
 
 
+def fill_defaults(args):
+  """``args`` with the defaults that depend on others: the dtype on the
+  backend (bfloat16 on GPU/TPU, float32 on CPU), the predictions per
+  sequence on its length (BERT's 20 at 128, 80 at 512)."""
+  on_cpu = jax.default_backend() == 'cpu'
+  args.dtype = args.dtype or ('float32' if on_cpu else 'bfloat16')
+  args.predictions = args.predictions or PREDICTIONS.get(
+      args.seq, round(0.15 * args.seq))
+  return args
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--size', choices=sorted(SIZES), default='cpu')
@@ -478,11 +489,7 @@ def main(argv=None) -> None:
                       'peer.')
   parser.add_argument('--out', default='',
                       help='write OUT.json and OUT.md (default: print only).')
-  args = parser.parse_args(argv)
-  on_cpu = jax.default_backend() == 'cpu'
-  args.dtype = args.dtype or ('float32' if on_cpu else 'bfloat16')
-  args.predictions = args.predictions or PREDICTIONS.get(
-      args.seq, round(0.15 * args.seq))
+  args = fill_defaults(parser.parse_args(argv))
   if args.batch % jax.local_device_count():
     parser.error(f'--batch={args.batch} must divide over the '
                  f'{jax.local_device_count()} local devices.')

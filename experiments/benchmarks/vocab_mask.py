@@ -43,12 +43,11 @@ def main(argv=None) -> None:
   parser.add_argument('--warmup', type=int, default=3)
   parser.add_argument('--rounds', type=int, default=7)
   args = parser.parse_args(argv)
-  on_cpu = jax.default_backend() == 'cpu'
   # step.py's settings for its own default run.
-  args.dtype = 'float32' if on_cpu else 'bfloat16'
-  args.predictions = step.PREDICTIONS.get(args.seq, round(0.15 * args.seq))
+  args.dtype, args.predictions = '', 0
   args.remat, args.scan_layers, args.dropout = 'none', False, True
   args.attention, args.step_rng = 'auto', 'threefry'
+  args = step.fill_defaults(args)
   if step.VOCAB_SIZE % 128 == 0:
     raise AssertionError('the benchmark needs a vocabulary with padding rows')
   masked = step.Bertjax(args)
