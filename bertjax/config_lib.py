@@ -163,6 +163,12 @@ def _data_section() -> ml_collections.ConfigDict:
   d.gazetteer_path = ''          # Entities/phrases for 'entity' masking.
   d.eval_fraction = 0.01
   d.split_seed = 0
+  # Pre-tokenization (data_pipelines/shards.py): raw documents per shard
+  # (the shard layout, and the cache key), and the processes that write
+  # them (1 = the trainer's own; 0 = one per core). The bytes written do
+  # not depend on the number of processes.
+  d.docs_per_shard = 2000
+  d.prepare_workers = 1
   d.layout = 'nsp'               # nsp | sop (ALBERT) | full_sentences
   d.max_seq_length = 128
   d.short_seq_prob = 0.1
@@ -528,6 +534,10 @@ def _check_data(d, errors: list[str]) -> None:
          f'data.eval_fraction={d.eval_fraction} must be in (0, 1).', errors)
   _check(d.dupe_factor >= 1, f'data.dupe_factor={d.dupe_factor} must be '
          '>= 1.', errors)
+  _check(d.docs_per_shard >= 1, f'data.docs_per_shard={d.docs_per_shard} '
+         'must be >= 1 (documents per pre-tokenized shard).', errors)
+  _check(d.prepare_workers >= 0, 'data.prepare_workers='
+         f'{d.prepare_workers} must be >= 0 (0 = one per core).', errors)
   _check(d.num_workers >= 0, f'data.num_workers={d.num_workers} must be '
          '>= 0 (0 = no worker processes).', errors)
   _check(d.num_threads >= 1, f'data.num_threads={d.num_threads} must be '

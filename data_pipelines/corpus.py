@@ -329,49 +329,69 @@ def _read_text(file: str, counts: collections.Counter | None = None) -> str:
     return _decode_utf8(f.read(), counts)
 
 
+_READ_BLOCK = 1 << 20
+
+
 def _text_lines(file: str, counts: collections.Counter | None = None
                 ) -> Iterator[str]:
   """The lines of ``file`` (decompressed) as ``str.splitlines`` of its whole
-  text gives them, read a line at a time: a byte line ends at b'\n', which
-  no UTF-8 character contains, and splitting each one again gives the other
-  line breaks that ``splitlines`` knows. Invalid UTF-8 is counted as
-  ``_decode_utf8`` counts it."""
+  text gives them, read a block of whole byte lines at a time: a byte line
+  ends at b'\\n', which no UTF-8 character contains, and splitting each
+  block again gives the other line breaks that ``splitlines`` knows.
+  Invalid UTF-8 is counted as ``_decode_utf8`` counts it."""
   with open_binary(file) as f:
-    for raw in f:
-      yield from _decode_utf8(raw, counts).splitlines()
+    rest: list[bytes] = []   # A line's bytes so far, over blocks.
+    while True:
+      block = f.read(_READ_BLOCK)
+      if not block:
+        break
+      cut = block.rfind(b'\n') + 1
+      if not cut:
+        rest.append(block)
+        continue
+      yield from _decode_utf8(b''.join(rest) + block[:cut],
+                              counts).splitlines()
+      rest = [block[cut:]]
+    if any(rest):
+      yield from _decode_utf8(b''.join(rest), counts).splitlines()
 
 
-def _sentence_per_line_documents(lines: Iterable[str],
-                                 counts: collections.Counter
-                                 ) -> Iterator[Document]:
-  """Documents in google-research/bert's format: a sentence per line.
+def _line_documents(lines: Iterable[str], counts: collections.Counter
+                    ) -> Iterator[tuple[str, ...]]:
+  """The raw documents of google-research/bert's format: a sentence per
+  line, a blank line (empty or whitespace) after each document.
 
-  A blank line (empty or whitespace) ends a document; one that ends no
-  sentence (after another blank line, or at the start of the text) ends an
-  empty document, counted. A line that holds only control characters is not
-  blank: it is dropped and counted as an empty sentence, and the document
-  goes on (as in google-research/bert, whose reader strips whitespace only).
+  Each is its lines as read (``_parse_lines`` cleans them). A blank line
+  that ends no line (after another blank line, or at the start of the
+  text) ends an empty document, counted.
   """
-  document: Document = []
-  has_lines = False  # Since the last blank line; some may have been empty.
+  document: list[str] = []
   for line in lines:
     if line and not line.isspace():
-      has_lines = True
-      line = clean_text(line, counts)
-      if line:
-        document.extend(split_long_sentence(line, counts))
-      else:
-        counts['empty_sentences'] += 1
-      continue
-    if document:
-      yield document
+      document.append(line)
+    elif document:
+      yield tuple(document)
+      document = []
     else:
       counts['empty_documents'] += 1
-    document, has_lines = [], False
   if document:
-    yield document
-  elif has_lines:
-    counts['empty_documents'] += 1
+    yield tuple(document)
+
+
+def _parse_lines(lines: Sequence[str], counts: collections.Counter
+                 ) -> Document:
+  """A document of sentence-per-line text. A line that holds only control
+  characters is not blank: it is dropped and counted as an empty sentence,
+  and the document goes on (as in google-research/bert, whose reader strips
+  whitespace only)."""
+  document: Document = []
+  for line in lines:
+    line = clean_text(line, counts)
+    if line:
+      document.extend(split_long_sentence(line, counts))
+    else:
+      counts['empty_sentences'] += 1
+  return document
 
 
 def read_text_files(path: str, text_format: str,
@@ -382,20 +402,8 @@ def read_text_files(path: str, text_format: str,
   What is repaired or dropped on the way is added to ``counts`` (keys in
   ``SKIP_COUNTERS``).
   """
-  counts = collections.Counter() if counts is None else counts
-  for file in _expand_files(path):
-    if text_format == 'jsonl':
-      yield from read_jsonl(file, counts)
-    elif text_format == 'sentence_per_line':
-      yield from _sentence_per_line_documents(_text_lines(file, counts),
-                                              counts)
-    else:   # A file is one document: read whole.
-      paragraphs = re.split(r'\n\s*\n', _read_text(file, counts))
-      document = _paragraphs_to_document(paragraphs, counts)
-      if document:
-        yield document
-      else:
-        counts['empty_documents'] += 1
+  return read_documents(CorpusSpec(source='files', path=path,
+                                   text_format=text_format), counts)
 
 
 # ---------------------------------------------------------------------------
@@ -541,26 +549,14 @@ def _jsonl_document(record, where: str,
   return Document(sentences, sentence_spans)
 
 
-def read_jsonl(file: str, counts: collections.Counter | None = None
-               ) -> Iterator[Document]:
-  """Annotated documents from one JSON Lines file (format above).
-
-  A record with no text counts in ``counts['empty_documents']``.
-  """
-  counts = collections.Counter() if counts is None else counts
-  for number, line in enumerate(_text_lines(file, counts), 1):
-    if not line.strip():
-      continue
-    where = f'{file}:{number}'
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise _jsonl_error(where, f'not JSON ({e})') from e
-    document = _jsonl_document(record, where, counts)
-    if document:
-      yield document
-    else:
-      counts['empty_documents'] += 1
+def _parse_jsonl(line: str, where: str, counts: collections.Counter
+                 ) -> Document:
+  """The annotated document of one JSON Lines record (format above)."""
+  try:
+    record = json.loads(line)
+  except json.JSONDecodeError as e:
+    raise _jsonl_error(where, f'not JSON ({e})') from e
+  return _jsonl_document(record, where, counts)
 
 
 # ---------------------------------------------------------------------------
@@ -591,22 +587,6 @@ def _tfds_source(spec: CorpusSpec):
         '(tfds build NAME --file_format=array_record) or set '
         'corpus.tfds_data_dir.') from e
   return source, feature
-
-
-def read_tfds(spec: CorpusSpec, counts: collections.Counter | None = None
-              ) -> Iterator[Document]:
-  """Documents from a TFDS dataset's text feature (paragraphs per line)."""
-  counts = collections.Counter() if counts is None else counts
-  source, feature = _tfds_source(spec)
-  for i in range(len(source)):
-    text = source[i][feature]
-    if isinstance(text, bytes):
-      text = _decode_utf8(text, counts)
-    document = _paragraphs_to_document(str(text).split('\n'), counts)
-    if document:
-      yield document
-    else:
-      counts['empty_documents'] += 1
 
 
 # ---------------------------------------------------------------------------
@@ -685,42 +665,120 @@ def embedded_documents(counts: collections.Counter | None = None
   module, class and function docstrings, in source order). Code samples,
   doctests and tables are dropped.
   """
+  return read_documents(CorpusSpec(), counts)
+
+
+def _topic_names() -> list[str]:
   try:
     from pydoc_data import topics  # pylint: disable=g-import-not-at-top
-    for name in sorted(topics.topics):
-      document = _docstring_sentences(topics.topics[name], counts)
-      if document:
-        yield document
   except ImportError:  # Some distributions strip pydoc_data.
-    pass
-  for file in stdlib_files():
-    document = _module_document(_read_text(file, counts), counts)
-    if document:
-      yield document
+    return []
+  return sorted(topics.topics)
+
+
+def _topic_document(name: str, counts: collections.Counter) -> Document:
+  from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+  return _docstring_sentences(topics.topics[name], counts)
 
 
 # ---------------------------------------------------------------------------
 # Entry points used by the rest of the pipeline.
+#
+# Reading is in two steps, so that one process can feed many: a *raw
+# document* is what delimits a document in the source, made with as little
+# work as the format allows (the lines of one, a JSON line, a file name, a
+# record's text); ``parse_document`` does the rest (cleaning, sentence
+# splitting, JSON parsing, reading a whole file). ``read_documents`` is the
+# two in one process.
+
+
+def raw_documents(spec: CorpusSpec,
+                  counts: collections.Counter | None = None
+                  ) -> Iterator[tuple]:
+  """The raw documents of the corpus, in a deterministic order: the first
+  ``spec.max_documents`` of them (all if 0). Each is a tuple whose first
+  item names its kind; it pickles, and ``parse_document`` makes it a
+  ``Document``. Adds to ``counts`` what delimiting them dropped."""
+  counts = collections.Counter() if counts is None else counts
+  if spec.source == 'embedded':
+    raw = itertools.chain((('topic', name) for name in _topic_names()),
+                          (('module', file) for file in stdlib_files()))
+  elif spec.source == 'files':
+    raw = _raw_file_documents(spec, counts)
+  else:
+    raw = _raw_tfds_documents(spec, counts)
+  return itertools.islice(raw, spec.max_documents or None)
+
+
+def _raw_file_documents(spec: CorpusSpec, counts: collections.Counter
+                        ) -> Iterator[tuple]:
+  for file in _expand_files(spec.path):
+    if spec.text_format == 'jsonl':
+      for number, line in enumerate(_text_lines(file, counts), 1):
+        if line.strip():
+          yield ('jsonl', line, f'{file}:{number}')
+    elif spec.text_format == 'sentence_per_line':
+      for lines in _line_documents(_text_lines(file, counts), counts):
+        yield ('lines', lines)
+    else:   # A file is one document, read whole by parse_document.
+      yield ('file', file)
+
+
+def _raw_tfds_documents(spec: CorpusSpec, counts: collections.Counter
+                        ) -> Iterator[tuple]:
+  source, feature = _tfds_source(spec)
+  for i in range(len(source)):
+    text = source[i][feature]
+    if isinstance(text, bytes):
+      text = _decode_utf8(text, counts)
+    yield ('text', str(text))
+
+
+def parse_document(raw: tuple, counts: collections.Counter | None = None
+                   ) -> Document | None:
+  """The ``Document`` of a raw document, or None if it has no sentence.
+
+  Adds to ``counts`` what it repaired or dropped (an empty document counts
+  in 'empty_documents', except the embedded corpus's modules and topics
+  with no prose, which are not documents of text).
+  """
+  counts = collections.Counter() if counts is None else counts
+  kind = raw[0]
+  if kind == 'lines':
+    document = _parse_lines(raw[1], counts)
+  elif kind == 'jsonl':
+    document = _parse_jsonl(raw[1], raw[2], counts)
+  elif kind == 'file':
+    paragraphs = re.split(r'\n\s*\n', _read_text(raw[1], counts))
+    document = _paragraphs_to_document(paragraphs, counts)
+  elif kind == 'text':   # A TFDS record: paragraphs a line each.
+    document = _paragraphs_to_document(raw[1].split('\n'), counts)
+  elif kind == 'topic':
+    return _topic_document(raw[1], counts) or None
+  elif kind == 'module':
+    return _module_document(_read_text(raw[1], counts), counts) or None
+  else:
+    raise ValueError(f'not a raw document: {raw!r:.80}')
+  if not document:
+    counts['empty_documents'] += 1
+    return None
+  return document
 
 
 def read_documents(spec: CorpusSpec,
                    counts: collections.Counter | None = None
                    ) -> Iterator[Document]:
-  """All documents of the corpus, in a deterministic order.
+  """All documents of the corpus, in a deterministic order (those of the
+  first ``spec.max_documents`` raw documents that have a sentence).
 
   Adds to ``counts`` what reading repaired or dropped (keys in
   ``SKIP_COUNTERS``).
   """
-  if spec.source == 'embedded':
-    documents = embedded_documents(counts)
-  elif spec.source == 'files':
-    documents = read_text_files(spec.path, spec.text_format, counts)
-  else:
-    documents = read_tfds(spec, counts)
-  for i, document in enumerate(documents):
-    if spec.max_documents and i >= spec.max_documents:
-      return
-    yield document
+  counts = collections.Counter() if counts is None else counts
+  for raw in raw_documents(spec, counts):
+    document = parse_document(raw, counts)
+    if document is not None:
+      yield document
 
 
 def validate(spec: CorpusSpec) -> None:

@@ -1,8 +1,9 @@
-"""Tokenize a corpus once into ArrayRecord through a TFDS builder.
+"""Tokenize a corpus once into sharded ArrayRecord files (shards.py).
 
-The result lives in ``data_dir`` keyed by a fingerprint of the corpus, the
-tokenizer and the split settings, so a change rebuilds and a rerun reuses.
-Each record is one document:
+The result lives in ``data_dir/pretokenized/<key>``, the key a fingerprint
+of the corpus, the tokenizer, the split settings and the shard size, so a
+change rebuilds and a rerun reuses. Each record is one document, in corpus
+order:
 
   token_ids:        int32 [num_tokens]     all sentences, concatenated
   sentence_lengths: int32 [num_sentences]  tokens per sentence
@@ -10,55 +11,55 @@ Each record is one document:
   unit_labels:      int8  [num_tokens]     entity/phrase units (gazetteer.py
                                            or annotations.py)
 
-Next to the TFDS files, ``index-<split>.npz`` holds what instance planning
-needs without reading the documents again (sentence lengths per document)
-and the corpus unigram counts. The dataset's ``metadata.json`` holds what
-reading and tokenizing skipped or repaired (``corpus.SKIP_COUNTERS``),
-written with the records, so a run that reuses the data reports the same
-counts.
+Next to the shards, ``index-<split>/`` holds what instance planning needs
+without reading the documents again (sentence lengths per document) and the
+corpus unigram counts, merged from the shards' summaries; ``manifest.json``
+holds what reading and tokenizing skipped or repaired
+(``corpus.SKIP_COUNTERS``), so a run that reuses the data reports the same
+counts. The directory is a TFDS dataset too (``dataset_info.json``):
+``tfds.builder_from_directory(...).as_data_source()`` gives random access
+without TensorFlow, which Grain needs, and opens a shard's file only when a
+record of it is read.
 
-TFDS writes ArrayRecord without TensorFlow, and ``as_data_source()`` gives
-random access, which Grain needs.
+Preparation is parallel (``data.prepare_workers`` processes), resumable (a
+killed one keeps its finished shards) and locked (two processes preparing
+the same key wait for each other); ``python -m data_pipelines.prepare``
+runs it on its own, locally or as an Apache Beam pipeline (beam.py).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
-import pickle
-import tempfile
-from typing import Callable, Iterable, Iterator
-from unittest import mock
+from typing import Callable, Iterable
 
 from absl import logging
-from array_record.python import array_record_module
 import numpy as np
 import tensorflow_datasets as tfds
-from tensorflow_datasets.core import file_adapters
 from tensorflow_datasets.proto import tf_example_pb2
 
-from data_pipelines import annotations
 from data_pipelines import corpus as corpus_lib
-from data_pipelines import counter_rng
 from data_pipelines import gazetteer as gazetteer_lib
+from data_pipelines import shards
 from data_pipelines import tokenizer as tokenizer_lib
 
 # Bump when the record layout, the split rule, or what reading keeps changes.
 # 1.4.0: skip counts in the metadata; lines of control characters dropped
 # instead of ending a document; escape sequences removed; long sentences cut.
-FORMAT_VERSION = '1.4.0'
-# The features of a record. Each is stored as raw little-endian bytes
-# (``Encoding.BYTES``), so reading one is a view, not a parse of a list.
-FEATURES = {
-    'token_ids': np.dtype('<i4'),
-    'sentence_lengths': np.dtype('<i4'),
-    'word_starts': np.dtype(np.bool_),
-    'unit_labels': np.dtype(np.int8),
-}
-_DOCS_PER_ENCODE_BATCH = 512
+# 2.0.0: sharded, written in corpus order (TFDS's writer ordered records by
+# a hash of their keys); a document's index counts raw documents
+# (corpus.raw_documents), those with no text included.
+FORMAT_VERSION = '2.0.0'
+FEATURES = shards.FEATURES
+ARRAY_RECORD_OPTIONS = shards.ARRAY_RECORD_OPTIONS
+DocumentIndex = shards.DocumentIndex
+# data.docs_per_shard when the config has none.
+DEFAULT_DOCS_PER_SHARD = 2000
 
 
 class DataError(ValueError):
@@ -89,70 +90,6 @@ def check_split_size(split: str, num_documents: int, eval_fraction: float,
         'data.eval_fraction.')
 
 
-@dataclasses.dataclass(frozen=True)
-class DocumentIndex:
-  """Sentence lengths of every document in one split, in record order.
-
-  Attributes:
-    sentence_lengths: int32 [total_sentences], all documents concatenated.
-    document_offsets: int64 [num_documents + 1], sentence offsets.
-    unigram_counts: int64 [vocab_size], token frequencies of the split.
-  """
-  sentence_lengths: np.ndarray
-  document_offsets: np.ndarray
-  unigram_counts: np.ndarray
-
-  @property
-  def num_documents(self) -> int:
-    return len(self.document_offsets) - 1
-
-  @property
-  def num_tokens(self) -> int:
-    return int(self.sentence_lengths.sum())
-
-  def save(self, path: str) -> None:
-    tmp = f'{path}.tmp{os.getpid()}.npz'
-    np.savez(tmp, sentence_lengths=self.sentence_lengths,
-             document_offsets=self.document_offsets,
-             unigram_counts=self.unigram_counts)
-    os.replace(tmp, path)
-
-  @classmethod
-  def load(cls, path: str) -> 'DocumentIndex':
-    with np.load(path) as z:
-      return cls(z['sentence_lengths'], z['document_offsets'],
-                 z['unigram_counts'])
-
-
-# ArrayRecord chunks are written uncompressed: TFDS's writer compresses each
-# record with zstd, and decompressing one costs more than the rest of
-# reading it (experiments/benchmarks/pipeline.py measures both), for about
-# 2.8x the disk space.
-ARRAY_RECORD_OPTIONS = 'group_size:1,uncompressed'
-
-
-class _UncompressedArrayRecord(file_adapters.ArrayRecordFileAdapter):
-  """TFDS's ArrayRecord adapter, writing with ``ARRAY_RECORD_OPTIONS``."""
-
-  @classmethod
-  def write_examples(cls, path, iterator):
-    writer = array_record_module.ArrayRecordWriter(os.fspath(path),
-                                                   ARRAY_RECORD_OPTIONS)
-    for _, serialized_example in iterator:
-      writer.write(serialized_example)
-    writer.close()
-
-
-def _uncompressed_array_record():
-  """While active, TFDS builders write ArrayRecord with our options.
-
-  TFDS hard-codes its writer's options; its adapter registry is the one
-  place to choose others. Readers need nothing: the options are in the file.
-  """
-  return mock.patch.dict(file_adapters.ADAPTER_FOR_FORMAT, {
-      file_adapters.FileFormat.ARRAY_RECORD: _UncompressedArrayRecord})
-
-
 class DocumentSource:
   """Random access to the records of one split, decoded with no copies.
 
@@ -180,207 +117,6 @@ class DocumentSource:
             for name, dtype in FEATURES.items()}
 
 
-class PretokenizedCorpus(tfds.core.GeneratorBasedBuilder):
-  """Documents of a corpus tokenized once; one record per document."""
-
-  VERSION = tfds.core.Version(FORMAT_VERSION)
-
-  def __init__(self, *, documents_fn: Callable[[collections.Counter],
-                                                Iterable[list[str]]],
-               tokenizer: tokenizer_lib.Tokenizer, eval_fraction: float,
-               split_seed: int, num_threads: int,
-               gazetteer: gazetteer_lib.Gazetteer | None = None,
-               corpus_name: str = 'the corpus', **kwargs):
-    """``documents_fn(counts)`` reads the corpus, counting what it skips in
-    ``counts``; ``corpus_name`` names it in errors."""
-    self._documents_fn = documents_fn
-    self._corpus_name = corpus_name
-    self._tokenizer = tokenizer
-    self._eval_fraction = eval_fraction
-    self._split_seed = split_seed
-    self._num_threads = num_threads
-    self._gazetteer = gazetteer
-    super().__init__(**kwargs)
-
-  def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description='Pre-tokenized documents for bertjax pretraining.',
-        features=tfds.features.FeaturesDict({
-            name: tfds.features.Tensor(shape=(None,), dtype=dtype,
-                                       encoding=tfds.features.Encoding.BYTES)
-            for name, dtype in FEATURES.items()}),
-        metadata=tfds.core.MetadataDict(
-            tokenizer_sha256=self._tokenizer.sha256,
-            vocab_size=self._tokenizer.vocab_size),
-    )
-
-  def _split_generators(self, dl_manager):
-    del dl_manager
-    one_pass = _OnePass(self._tokenized, self._finish, self.data_dir_root)
-    return {split: self._generate_examples(one_pass, split)
-            for split in ('train', 'eval')}
-
-  def _generate_examples(self, one_pass: '_OnePass', split: str) -> Iterator:
-    """(doc index, record) of ``split``, from the one pass of the corpus."""
-    return one_pass.examples(split)
-
-  def _tokenized(self, counts: collections.Counter) -> Iterator:
-    """(split, doc index, record) of every document, tokenized once."""
-    for doc_index, record in _tokenize_documents(
-        self._documents_fn(counts), self._tokenizer, self._num_threads,
-        self._gazetteer, counts):
-      in_eval = counter_rng.uniform(
-          self._split_seed, counter_rng.Stream.EVAL_SPLIT,
-          doc_index) < self._eval_fraction
-      yield ('eval' if in_eval else 'train'), doc_index, record
-
-  def _finish(self, counts: collections.Counter, sizes: dict) -> None:
-    """After the pass: fails on an empty corpus or split, and records what
-    reading and tokenizing skipped (TFDS writes the metadata with the
-    records, after the last split)."""
-    skipped = {key: int(counts[key]) for key in corpus_lib.SKIP_COUNTERS}
-    if not sum(sizes.values()):
-      raise DataError(
-          f'{self._corpus_name}: no document has text to pre-tokenize; '
-          f'preparing the data skipped {format_skipped(skipped)} (see '
-          'corpus.SKIP_COUNTERS). Check the path, the text format and that '
-          'the files are UTF-8 text.')
-    self.info.metadata['skipped'] = skipped
-    for split in ('train', 'eval'):
-      check_split_size(split, sizes[split], self._eval_fraction, skipped)
-
-
-class _OnePass:
-  """One reading and tokenization of the corpus for both splits.
-
-  The split TFDS writes first gets its records as they are made; the
-  other's are pickled to a spool file as they go by and replayed when TFDS
-  asks for them. TFDS writes 'train' first, so the spool holds the eval
-  split (``eval_fraction`` of the corpus), not a second copy of the corpus,
-  and the corpus is tokenized once, not once per split. TFDS orders the
-  records by their keys, so the files are the bytes that a pass per split
-  wrote.
-  """
-
-  def __init__(self, tokenized: Callable[[collections.Counter], Iterator],
-               finish: Callable[[collections.Counter, dict], None],
-               spool_dir: str):
-    """``tokenized(counts)`` yields (split, doc index, record) of every
-    document; ``finish(counts, sizes)`` runs after the last one."""
-    self._tokenized = tokenized
-    self._finish = finish
-    self._spool_dir = spool_dir
-    self._first = None
-    self._spool = None
-
-  def examples(self, split: str) -> Iterator:
-    if self._first is None:
-      self._first = split
-      yield from self._pass(split)
-      return
-    if self._spool is None:
-      raise AssertionError(f'split {split!r} was asked for before '
-                           f'{self._first!r} was written.')
-    with self._spool:
-      self._spool.seek(0)
-      while True:
-        try:
-          yield pickle.load(self._spool)
-        except EOFError:
-          return
-
-  def _pass(self, split: str) -> Iterator:
-    counts = collections.Counter()
-    sizes = {'train': 0, 'eval': 0}
-    os.makedirs(self._spool_dir, exist_ok=True)
-    spool = tempfile.TemporaryFile(  # pylint: disable=consider-using-with
-        dir=self._spool_dir)
-    try:
-      for record_split, doc_index, record in self._tokenized(counts):
-        sizes[record_split] += 1
-        if record_split == split:
-          yield doc_index, record
-        else:
-          pickle.dump((doc_index, record), spool,
-                      protocol=pickle.HIGHEST_PROTOCOL)
-      self._finish(counts, sizes)
-    except BaseException:
-      spool.close()
-      raise
-    self._spool = spool
-
-
-def _tokenize_documents(documents: Iterable[list[str]],
-                        tokenizer: tokenizer_lib.Tokenizer,
-                        num_threads: int,
-                        gazetteer: gazetteer_lib.Gazetteer | None = None,
-                        counts: collections.Counter | None = None
-                        ) -> Iterator[tuple[int, dict]]:
-  """Yields (document index, record); SentencePiece encodes in parallel.
-
-  Annotated documents (``corpus.Document.spans``) take their word starts
-  and, if they mark any entity/phrase, their unit labels from the spans
-  (annotations.py); the others take word starts from the tokenizer and
-  units from the gazetteer, if any. Sentences with no token, and documents
-  left with no sentence, are dropped and counted in ``counts``
-  ('empty_sentences', 'empty_documents'); the documents that follow keep
-  their indices.
-  """
-  counts = collections.Counter() if counts is None else counts
-
-  def flush(batch, first_index):
-    spans = [getattr(doc, 'spans', None) for doc in batch]
-    plain = iter(tokenizer.encode(
-        [s for doc, sp in zip(batch, spans) if sp is None for s in doc],
-        num_threads=num_threads))
-    annotated = iter(tokenizer.encode_with_offsets(
-        [s for doc, sp in zip(batch, spans) if sp is not None for s in doc],
-        num_threads=num_threads))
-    for i, (doc, doc_spans) in enumerate(zip(batch, spans)):
-      sentences = []  # (ids, word starts, unit labels), non-empty only.
-      for j in range(len(doc)):
-        if doc_spans is None:
-          ids = next(plain)
-          word_starts, labels = tokenizer.word_starts(ids), None
-        else:
-          ids, ends = next(annotated)
-          word_starts, labels = annotations.token_labels(
-              ends, doc_spans[j], tokenizer.word_starts(ids))
-        if len(ids):
-          sentences.append((ids, word_starts, labels))
-        else:
-          counts['empty_sentences'] += 1
-      if not sentences:
-        counts['empty_documents'] += 1
-        continue
-      ids, word_starts, labels = zip(*sentences)
-      if doc_spans is not None and annotations.has_units(doc_spans):
-        unit_labels = np.concatenate(labels)
-      elif gazetteer is not None:  # Per sentence: units stay in sentences.
-        unit_labels = np.concatenate([
-            gazetteer.label(x, w) for x, w in zip(ids, word_starts)])
-      else:
-        unit_labels = np.zeros(sum(map(len, ids)), np.int8)
-      yield first_index + i, {
-          'token_ids': np.concatenate(ids).astype(np.int32),
-          'sentence_lengths': np.array([len(x) for x in ids], np.int32),
-          'word_starts': np.concatenate(word_starts),
-          'unit_labels': unit_labels.astype(np.int8),
-      }
-
-  batch, first = [], 0
-  for index, document in enumerate(documents):
-    if not batch:
-      first = index
-    batch.append(document)
-    if len(batch) == _DOCS_PER_ENCODE_BATCH:
-      yield from flush(batch, first)
-      batch = []
-  if batch:
-    yield from flush(batch, first)
-
-
 @dataclasses.dataclass
 class PreparedData:
   """Everything the input pipeline reads: sources, indices, tokenizer.
@@ -402,10 +138,6 @@ class PreparedData:
   def train_unigram_counts(self) -> np.ndarray:
     """int64 [vocab_size]: token counts of the training split."""
     return self.train_index.unigram_counts
-
-
-def _documents_fn(spec: corpus_lib.CorpusSpec):
-  return lambda counts: corpus_lib.read_documents(spec, counts)
 
 
 def cache_key(*parts) -> str:
@@ -470,17 +202,123 @@ def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
         ' the text format and that the files are UTF-8 text.') from e
 
 
-def _build_index(source, vocab_size: int) -> DocumentIndex:
-  lengths, offsets = [], [0]
-  counts = np.zeros(vocab_size, np.int64)
-  for i in range(len(source)):
-    record = source[i]
-    lengths.append(record['sentence_lengths'])
-    offsets.append(offsets[-1] + len(record['sentence_lengths']))
-    counts += np.bincount(record['token_ids'], minlength=vocab_size)
-  return DocumentIndex(
-      np.concatenate(lengths).astype(np.int32) if lengths
-      else np.zeros(0, np.int32), np.asarray(offsets, np.int64), counts)
+@contextlib.contextmanager
+def _locked(directory: str):
+  """Holds an exclusive lock on ``directory`` (a file next to it): two
+  processes preparing the same data take turns, and the second reuses
+  what the first wrote."""
+  os.makedirs(os.path.dirname(directory), exist_ok=True)
+  with open(f'{directory}.lock', 'a+') as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      logging.info('Waiting for another process preparing %s', directory)
+      fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Where and how one config's data is prepared (``plan``)."""
+  spec: corpus_lib.CorpusSpec
+  tokenizer: tokenizer_lib.Tokenizer
+  directory: str
+  settings: shards.Settings
+  docs_per_shard: int
+  eval_fraction: float
+
+  def metadata(self) -> dict:
+    return {'format_version': FORMAT_VERSION,
+            'docs_per_shard': self.docs_per_shard,
+            'tokenizer_sha256': self.tokenizer.sha256,
+            'vocab_size': self.tokenizer.vocab_size,
+            'corpus': corpus_lib.describe(self.spec)}
+
+  def check(self, manifest: dict) -> None:
+    """Refuses a corpus with no text, or a split too small to use."""
+    sizes = {s: manifest['splits'][s]['records'] for s in shards.SPLITS}
+    skipped = manifest['skipped']
+    if not sum(sizes.values()):
+      raise DataError(
+          f'{corpus_lib.describe(self.spec)}: no document has text to '
+          f'pre-tokenize; preparing the data skipped '
+          f'{format_skipped(skipped)} (see corpus.SKIP_COUNTERS). Check the '
+          'path, the text format and that the files are UTF-8 text.')
+    for split in shards.SPLITS:
+      check_split_size(split, sizes[split], self.eval_fraction, skipped)
+
+
+def plan(data_cfg, num_threads: int = 0,
+         tokenizer: tokenizer_lib.Tokenizer | None = None,
+         corpus_fingerprint: str | None = None) -> Plan:
+  """The tokenizer (trained if needed) and the data's directory and
+  settings, before any shard is written."""
+  spec = corpus_lib.CorpusSpec.from_config(data_cfg.corpus)
+  corpus_fp = corpus_fingerprint or corpus_lib.fingerprint(spec)
+  if tokenizer is None:
+    tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
+  gazetteer_path = data_cfg.get('gazetteer_path') or None
+  gazetteer_sha = ''
+  if gazetteer_path:
+    # Loaded here to fail early; the writers load it again.
+    gazetteer_lib.Gazetteer.load(gazetteer_path, tokenizer)
+    gazetteer_sha = gazetteer_lib.file_sha256(gazetteer_path)
+  docs_per_shard = data_cfg.get('docs_per_shard', DEFAULT_DOCS_PER_SHARD)
+  key = cache_key(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
+                  data_cfg.eval_fraction, data_cfg.split_seed, gazetteer_sha,
+                  docs_per_shard)
+  directory = os.path.join(data_cfg.data_dir, 'pretokenized', key)
+  settings = shards.Settings(
+      directory=directory, tokenizer_proto=tokenizer.model_proto,
+      eval_fraction=data_cfg.eval_fraction, split_seed=data_cfg.split_seed,
+      gazetteer_path=gazetteer_path,
+      threads=num_threads or os.cpu_count() or 1)
+  return Plan(spec, tokenizer, directory, settings, docs_per_shard,
+              data_cfg.eval_fraction)
+
+
+def write(the_plan: Plan, workers: int = 1,
+          progress: Callable[[dict, bool], None] | None = None) -> dict:
+  """Writes the plan's shards here (``workers`` processes, 1 = this one),
+  keeping those a killed run finished, and merges them. Returns the
+  manifest; reuses a finished directory."""
+  with _locked(the_plan.directory):
+    manifest = shards.read_manifest(the_plan.directory)
+    if manifest is not None:
+      return manifest
+    counts = collections.Counter()
+    settings = (the_plan.settings if workers <= 1 else
+                dataclasses.replace(the_plan.settings, threads=1))
+    num_shards = shards.write_local(
+        corpus_lib.raw_documents(the_plan.spec, counts), settings,
+        the_plan.docs_per_shard, workers, progress)
+    return shards.finish(the_plan.directory, num_shards, counts,
+                         the_plan.metadata(), the_plan.check)
+
+
+def load(the_plan: Plan) -> PreparedData:
+  """The prepared data of a finished directory, its shards checked."""
+  directory = the_plan.directory
+  manifest = shards.read_manifest(directory)
+  if manifest is None:
+    raise DataError(f'{directory} has no {shards.MANIFEST}: its preparation '
+                    'did not finish. Prepare it again (it resumes).')
+  try:
+    shards.check_shards(directory, manifest)
+  except shards.ShardError as e:
+    raise DataError(str(e)) from e
+  the_plan.check(manifest)
+  reader = tfds.builder_from_directory(directory)
+  sources = {s: DocumentSource(reader.as_data_source(split=s))
+             for s in shards.SPLITS}
+  indices = {s: DocumentIndex.load(os.path.join(directory, f'index-{s}'))
+             for s in shards.SPLITS}
+  skipped = {k: int(manifest['skipped'][k]) for k in corpus_lib.SKIP_COUNTERS}
+  return PreparedData(the_plan.tokenizer, sources['train'], sources['eval'],
+                      indices['train'], indices['eval'], directory, skipped)
 
 
 def prepare(data_cfg, num_threads: int = 0,
@@ -489,49 +327,16 @@ def prepare(data_cfg, num_threads: int = 0,
   """Tokenizer + pre-tokenized splits + indices, built once and cached.
 
   Args:
-    data_cfg: the config's ``data`` section.
-    num_threads: tokenization threads (0 = one per core).
+    data_cfg: the config's ``data`` section; ``data.prepare_workers``
+      processes write the shards (1: this process).
+    num_threads: SentencePiece's threads when this process writes
+      (0 = one per core).
     tokenizer: the result of ``load_or_train_tokenizer`` if the caller
       already has it (e.g. to check it before the expensive build).
     corpus_fingerprint: ``corpus.fingerprint`` of the corpus if the caller
       already computed it (it stats every file of a large corpus).
   """
-  spec = corpus_lib.CorpusSpec.from_config(data_cfg.corpus)
-  corpus_fp = corpus_fingerprint or corpus_lib.fingerprint(spec)
-  if tokenizer is None:
-    tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
-  gazetteer = None
-  gazetteer_sha = ''
-  if data_cfg.get('gazetteer_path'):
-    gazetteer = gazetteer_lib.Gazetteer.load(data_cfg.gazetteer_path,
-                                             tokenizer)
-    gazetteer_sha = gazetteer_lib.file_sha256(data_cfg.gazetteer_path)
-  key = cache_key(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
-                  data_cfg.eval_fraction, data_cfg.split_seed, gazetteer_sha)
-  builder = PretokenizedCorpus(
-      documents_fn=_documents_fn(spec), tokenizer=tokenizer,
-      eval_fraction=data_cfg.eval_fraction, split_seed=data_cfg.split_seed,
-      num_threads=num_threads or os.cpu_count(), gazetteer=gazetteer,
-      corpus_name=corpus_lib.describe(spec),
-      data_dir=os.path.join(data_cfg.data_dir, 'pretokenized', key),
-      file_format='array_record')
-  with _uncompressed_array_record():
-    builder.download_and_prepare()
-  # Read through a builder restored from the directory: it needs no corpus
-  # or tokenizer, so the sources pickle into Grain's worker processes.
-  reader = tfds.builder_from_directory(builder.data_dir)
-  sources, indices = {}, {}
-  for split in ('train', 'eval'):
-    source = DocumentSource(reader.as_data_source(split=split))
-    path = os.path.join(builder.data_dir, f'index-{split}.npz')
-    if not os.path.exists(path):
-      _build_index(source, tokenizer.vocab_size).save(path)
-    sources[split], indices[split] = source, DocumentIndex.load(path)
-  skipped = {key: int(reader.info.metadata['skipped'][key])
-             for key in corpus_lib.SKIP_COUNTERS}
-  for split in ('train', 'eval'):
-    check_split_size(split, indices[split].num_documents,
-                     data_cfg.eval_fraction, skipped)
-  return PreparedData(tokenizer, sources['train'], sources['eval'],
-                      indices['train'], indices['eval'], builder.data_dir,
-                      skipped)
+  the_plan = plan(data_cfg, num_threads, tokenizer, corpus_fingerprint)
+  workers = data_cfg.get('prepare_workers', 1) or os.cpu_count() or 1
+  write(the_plan, workers)
+  return load(the_plan)

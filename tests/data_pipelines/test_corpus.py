@@ -125,11 +125,14 @@ def _compress(suffix: str, data: bytes) -> bytes:
           '.zst': zstandard.ZstdCompressor().compress}[suffix](data)
 
 
+@pytest.mark.parametrize('block', [5, 1 << 20])
 @pytest.mark.parametrize('text_format', ['sentence_per_line', 'jsonl'])
-def test_compressed_files_read_as_the_plain_one(tmp_path, text_format):
+def test_compressed_files_read_as_the_plain_one(tmp_path, monkeypatch,
+                                                text_format, block):
   """gzip, bz2 and zstd files stream to the same documents and counts as
-  the plain file; a line at a time gives what splitting the whole text
-  into lines gave."""
+  the plain file; blocks of lines (of any size, down to 5 bytes, less than
+  a line) give what splitting the whole text into lines gave."""
+  monkeypatch.setattr(corpus, '_READ_BLOCK', block)
   data = _MIXED if text_format == 'sentence_per_line' else b''.join(
       json.dumps({'text': line.decode('utf-8', 'replace')}).encode() + b'\n'
       for line in _MIXED.split(b'\n') if line.strip())
@@ -144,8 +147,9 @@ def test_compressed_files_read_as_the_plain_one(tmp_path, text_format):
   docs, counts = results[0]
   if text_format == 'sentence_per_line':
     # The whole text, split at once, as the reader did before it streamed.
-    whole = list(corpus._sentence_per_line_documents(  # pylint: disable=protected-access
-        corpus._decode_utf8(_MIXED).splitlines(), collections.Counter()))  # pylint: disable=protected-access
+    lines = corpus._decode_utf8(_MIXED).splitlines()  # pylint: disable=protected-access
+    whole = [corpus.parse_document(('lines', raw)) for raw in
+             corpus._line_documents(lines, collections.Counter())]  # pylint: disable=protected-access
     assert docs == whole and len(docs) == 3
     assert counts['invalid_utf8_bytes'] == 2
     assert counts['invalid_utf8_lines'] == 1

@@ -217,12 +217,11 @@ def test_changed_settings_use_another_directory(prepared, tmp_dir):
 
 def test_the_corpus_is_read_and_tokenized_once_for_both_splits(
     prepared, tmp_dir, monkeypatch):
-  """Both splits come from one pass (the eval records spooled by the train
-  split's pass). The files are the bytes a pass per split wrote:
-  tests/bertjax/test_resume_fixture.py resumes on them bit for bit."""
+  """Both splits come from one pass of the corpus: each shard writes its
+  documents of either split."""
   passes = []
-  read = corpus_lib.read_documents
-  monkeypatch.setattr(corpus_lib, 'read_documents', lambda *a, **k: (
+  read = corpus_lib.raw_documents
+  monkeypatch.setattr(corpus_lib, 'raw_documents', lambda *a, **k: (
       passes.append(1), read(*a, **k))[1])
   other = _config(tmp_dir)
   other.data.split_seed = 2   # Another key: prepared anew.

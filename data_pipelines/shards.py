@@ -1,0 +1,552 @@
+"""Pre-tokenized documents written as numbered shards, in parallel.
+
+A corpus is cut into shards of ``docs_per_shard`` raw documents
+(``corpus.raw_documents``) in corpus order: shard ``k`` holds documents
+``[k * docs_per_shard, (k + 1) * docs_per_shard)``, whatever the number of
+processes that write them. Each shard is written by ``write_shard``, in
+any process: it parses and tokenizes its documents, splits them into the
+train and eval splits by the counter-based RNG of their index, and writes
+
+  <directory>/pretokenized_corpus-<split>.array_record-<k>   (5+ digits)
+      one record per document, in document order (``FEATURES``);
+  <directory>/shards/<k>.npz
+      its summary: per split, each document's sentence lengths, the unigram
+      counts, the records' number, size and SHA-256; and what parsing and
+      tokenizing it skipped.
+
+The record files are written under temporary names and renamed; the
+summary is renamed last, so a shard with a summary is whole, and a
+preparation that is killed resumes from the shards it finished
+(``write_local``). ``finish`` merges the summaries, without reading a
+record back, into the index of each split (``index-<split>/``), TFDS's
+``dataset_info.json`` (so ``tfds.builder_from_directory`` reads the
+directory) and ``manifest.json``, written last: a directory with a
+manifest is complete.
+
+Nothing here holds the corpus: the writer holds ``docs_per_shard``
+documents per shard in flight, the merge one shard's summary.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import glob
+import hashlib
+import json
+import multiprocessing
+import os
+from typing import Callable, Iterable, Iterator, Sequence
+
+from array_record.python import array_record_module
+import numpy as np
+
+from data_pipelines import annotations
+from data_pipelines import corpus as corpus_lib
+from data_pipelines import counter_rng
+from data_pipelines import gazetteer as gazetteer_lib
+from data_pipelines import tokenizer as tokenizer_lib
+
+SPLITS = ('train', 'eval')
+DATASET_NAME = 'pretokenized_corpus'
+# TFDS's name for the files: {DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}.
+FILENAME_TEMPLATE = '{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_INDEX}'
+MANIFEST = 'manifest.json'
+# The features of a record. Each is stored as raw little-endian bytes
+# (TFDS's ``Encoding.BYTES``), so reading one is a view, not a parse.
+FEATURES = {
+    'token_ids': np.dtype('<i4'),
+    'sentence_lengths': np.dtype('<i4'),
+    'word_starts': np.dtype(np.bool_),
+    'unit_labels': np.dtype(np.int8),
+}
+# ArrayRecord chunks are written uncompressed: decompressing a record costs
+# more than the rest of reading it (experiments/benchmarks/pipeline.py
+# measures both), for about 2.8x the disk space.
+ARRAY_RECORD_OPTIONS = 'group_size:1,uncompressed'
+_DOCS_PER_ENCODE_BATCH = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class DocumentIndex:
+  """Sentence lengths of every document in one split, in record order.
+
+  Attributes:
+    sentence_lengths: int32 [total_sentences], all documents concatenated.
+    document_offsets: int64 [num_documents + 1], sentence offsets.
+    unigram_counts: int64 [vocab_size], token frequencies of the split.
+  """
+  sentence_lengths: np.ndarray
+  document_offsets: np.ndarray
+  unigram_counts: np.ndarray
+
+  @property
+  def num_documents(self) -> int:
+    return len(self.document_offsets) - 1
+
+  @property
+  def num_tokens(self) -> int:
+    return int(self.sentence_lengths.sum())
+
+  def save(self, path: str) -> None:
+    """Into directory ``path``: a .npy file per array (renamed into place)."""
+    tmp = _tmp(path)
+    os.makedirs(tmp, exist_ok=True)
+    for name in ('sentence_lengths', 'document_offsets', 'unigram_counts'):
+      np.save(os.path.join(tmp, f'{name}.npy'), getattr(self, name))
+    _replace_directory(tmp, path)
+
+  @classmethod
+  def load(cls, path: str) -> 'DocumentIndex':
+    return cls(*(np.load(os.path.join(path, f'{name}.npy')) for name in (
+        'sentence_lengths', 'document_offsets', 'unigram_counts')))
+
+
+def _replace_directory(tmp: str, path: str) -> None:
+  if os.path.isdir(path):
+    for name in os.listdir(path):
+      os.remove(os.path.join(path, name))
+    os.rmdir(path)
+  os.rename(tmp, path)
+
+
+class ShardError(ValueError):
+  """A shard is missing, truncated or corrupt; the message names it."""
+
+
+def shard_path(directory: str, split: str, number: int) -> str:
+  return os.path.join(directory,
+                      f'{DATASET_NAME}-{split}.array_record-{number:05d}')
+
+
+def summary_path(directory: str, number: int) -> str:
+  return os.path.join(directory, 'shards', f'{number:05d}.npz')
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """What writing a shard needs; it pickles into worker processes.
+
+  Attributes:
+    directory: where the shards go.
+    tokenizer_proto: the SentencePiece model, serialized.
+    eval_fraction, split_seed: the split of documents (data config).
+    gazetteer_path: entity/phrase units from a gazetteer, if any.
+    threads: SentencePiece's threads in each writing process.
+  """
+  directory: str
+  tokenizer_proto: bytes
+  eval_fraction: float
+  split_seed: int
+  gazetteer_path: str | None = None
+  threads: int = 1
+
+
+_LOADED: dict = {}   # Per process: the tokenizer and gazetteer of Settings.
+
+
+def _load(settings: Settings):
+  key = (hashlib.sha256(settings.tokenizer_proto).hexdigest(),
+         settings.gazetteer_path)
+  if key not in _LOADED:
+    _LOADED.clear()
+    tokenizer = tokenizer_lib.Tokenizer(settings.tokenizer_proto)
+    gazetteer = (gazetteer_lib.Gazetteer.load(settings.gazetteer_path,
+                                              tokenizer)
+                 if settings.gazetteer_path else None)
+    _LOADED[key] = tokenizer, gazetteer
+  return _LOADED[key]
+
+
+def tokenize_documents(documents: Iterable[tuple[int, list[str]]],
+                       tokenizer: tokenizer_lib.Tokenizer,
+                       num_threads: int,
+                       gazetteer: gazetteer_lib.Gazetteer | None = None,
+                       counts: collections.Counter | None = None
+                       ) -> Iterator[tuple[int, dict]]:
+  """(index, record) of each (index, document); SentencePiece encodes a
+  batch of documents at a time, on ``num_threads`` threads.
+
+  Annotated documents (``corpus.Document.spans``) take their word starts
+  and, if they mark any entity/phrase, their unit labels from the spans
+  (annotations.py); the others take word starts from the tokenizer and
+  units from the gazetteer, if any. Sentences with no token, and documents
+  left with no sentence, are dropped and counted in ``counts``
+  ('empty_sentences', 'empty_documents').
+  """
+  counts = collections.Counter() if counts is None else counts
+
+  def flush(batch):
+    spans = [getattr(doc, 'spans', None) for _, doc in batch]
+    plain = iter(tokenizer.encode(
+        [s for (_, doc), sp in zip(batch, spans) if sp is None for s in doc],
+        num_threads=num_threads))
+    annotated = iter(tokenizer.encode_with_offsets(
+        [s for (_, doc), sp in zip(batch, spans) if sp is not None
+         for s in doc], num_threads=num_threads))
+    for (index, doc), doc_spans in zip(batch, spans):
+      sentences = []  # (ids, word starts, unit labels), non-empty only.
+      for j in range(len(doc)):
+        if doc_spans is None:
+          ids = next(plain)
+          word_starts, labels = tokenizer.word_starts(ids), None
+        else:
+          ids, ends = next(annotated)
+          word_starts, labels = annotations.token_labels(
+              ends, doc_spans[j], tokenizer.word_starts(ids))
+        if len(ids):
+          sentences.append((ids, word_starts, labels))
+        else:
+          counts['empty_sentences'] += 1
+      if not sentences:
+        counts['empty_documents'] += 1
+        continue
+      ids, word_starts, labels = zip(*sentences)
+      if doc_spans is not None and annotations.has_units(doc_spans):
+        unit_labels = np.concatenate(labels)
+      elif gazetteer is not None:  # Per sentence: units stay in sentences.
+        unit_labels = np.concatenate([
+            gazetteer.label(x, w) for x, w in zip(ids, word_starts)])
+      else:
+        unit_labels = np.zeros(sum(map(len, ids)), np.int8)
+      yield index, {
+          'token_ids': np.concatenate(ids).astype(np.int32),
+          'sentence_lengths': np.array([len(x) for x in ids], np.int32),
+          'word_starts': np.concatenate(word_starts),
+          'unit_labels': unit_labels.astype(np.int8),
+      }
+
+  batch = []
+  for item in documents:
+    batch.append(item)
+    if len(batch) == _DOCS_PER_ENCODE_BATCH:
+      yield from flush(batch)
+      batch = []
+  if batch:
+    yield from flush(batch)
+
+
+def _varint(n: int) -> bytes:
+  out = bytearray()
+  while n >= 0x80:
+    out.append(n & 0x7f | 0x80)
+    n >>= 7
+  out.append(n)
+  return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+  """A length-delimited protobuf field."""
+  return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+# Per feature: its map entry's key field, then the map value's tag.
+_ENTRY_HEADS = [(_field(1, name.encode()) + _varint(2 << 3 | 2), dtype)
+                for name, dtype in sorted(FEATURES.items())]
+
+
+def serialize(record: dict[str, np.ndarray]) -> bytes:
+  """A record as the tf.train.Example that TFDS writes for ``FEATURES``
+  (each a BytesList of one value), serialized deterministically (map keys
+  sorted): the bytes of ``Example.SerializeToString(deterministic=True)``
+  (tested), without importing TensorFlow Datasets into every worker.
+
+  Example{features: Features{feature: map<string, Feature{bytes_list:
+  BytesList{value}}>}}: each message's field number 1, the map value's 2.
+  """
+  entries = []
+  for (head, dtype), name in zip(_ENTRY_HEADS, sorted(FEATURES)):
+    feature = _field(1, _field(1, np.ascontiguousarray(
+        record[name], dtype).tobytes()))
+    entries.append(_field(1, head + _varint(len(feature)) + feature))
+  return _field(1, b''.join(entries))
+
+
+def _tmp(path: str) -> str:
+  return f'{path}.tmp-{os.getpid()}'
+
+
+def _sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      h.update(block)
+  return h.hexdigest()
+
+
+def write_shard(settings: Settings, number: int, first_index: int,
+                raw_documents: Sequence[tuple]) -> dict:
+  """Parses, tokenizes and writes shard ``number``: the raw documents of
+  indices ``first_index, first_index + 1, ...``. Returns its summary
+  (``load_summary``'s form), also written to ``summary_path``."""
+  tokenizer, gazetteer = _load(settings)
+  counts = collections.Counter()
+  parsed = ((first_index + i, corpus_lib.parse_document(raw, counts))
+            for i, raw in enumerate(raw_documents))
+  documents = ((i, doc) for i, doc in parsed if doc is not None)
+  paths = {s: shard_path(settings.directory, s, number) for s in SPLITS}
+  writers = {s: array_record_module.ArrayRecordWriter(
+      _tmp(paths[s]), ARRAY_RECORD_OPTIONS) for s in SPLITS}
+  lengths = {s: [] for s in SPLITS}
+  indices = {s: [] for s in SPLITS}
+  unigrams = {s: np.zeros(tokenizer.vocab_size, np.int64) for s in SPLITS}
+  try:
+    for index, record in tokenize_documents(
+        documents, tokenizer, settings.threads, gazetteer, counts):
+      in_eval = counter_rng.uniform(
+          settings.split_seed, counter_rng.Stream.EVAL_SPLIT,
+          index) < settings.eval_fraction
+      split = 'eval' if in_eval else 'train'
+      writers[split].write(serialize(record))
+      lengths[split].append(record['sentence_lengths'])
+      indices[split].append(index)
+      unigrams[split] += np.bincount(record['token_ids'],
+                                     minlength=tokenizer.vocab_size)
+  finally:
+    for writer in writers.values():
+      writer.close()
+  summary = {'number': number, 'first_index': first_index,
+             'num_raw_documents': len(raw_documents),
+             'skipped': {k: int(counts[k]) for k in corpus_lib.SKIP_COUNTERS}}
+  arrays = {}
+  for s in SPLITS:
+    os.replace(_tmp(paths[s]), paths[s])
+    summary[s] = {'records': len(indices[s]),
+                  'bytes': os.path.getsize(paths[s]),
+                  'sha256': _sha256(paths[s]),
+                  'tokens': int(unigrams[s].sum()),
+                  'sentences': int(sum(map(len, lengths[s])))}
+    arrays[f'{s}_sentence_lengths'] = (np.concatenate(lengths[s]).astype(
+        np.int32) if lengths[s] else np.zeros(0, np.int32))
+    arrays[f'{s}_document_sentences'] = np.array(
+        [len(x) for x in lengths[s]], np.int32)
+    arrays[f'{s}_document_indices'] = np.array(indices[s], np.int64)
+    arrays[f'{s}_unigram_counts'] = unigrams[s]
+  path = summary_path(settings.directory, number)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(_tmp(path), 'wb') as f:
+    np.savez_compressed(f, summary=np.array(json.dumps(summary)), **arrays)
+  os.replace(_tmp(path), path)
+  return summary
+
+
+def load_summary(directory: str, number: int, arrays: bool = False):
+  """Shard ``number``'s summary (dict), or None if the shard is not whole:
+  no summary, or a record file whose size is not the summary's. With
+  ``arrays``, (summary, its arrays)."""
+  path = summary_path(directory, number)
+  try:
+    with np.load(path) as z:
+      summary = json.loads(str(z['summary']))
+      data = {k: z[k] for k in z.files if k != 'summary'} if arrays else None
+  except (OSError, ValueError, KeyError, EOFError):
+    return None
+  for s in SPLITS:
+    try:
+      if os.path.getsize(shard_path(directory, s, number)) != summary[s][
+          'bytes']:
+        return None
+    except OSError:
+      return None
+  return (summary, data) if arrays else summary
+
+
+def chunks(raw_documents: Iterable[tuple], docs_per_shard: int
+           ) -> Iterator[tuple[int, int, list[tuple]]]:
+  """(shard number, first document index, raw documents) of each shard."""
+  chunk, number = [], 0
+  for raw in raw_documents:
+    chunk.append(raw)
+    if len(chunk) == docs_per_shard:
+      yield number, number * docs_per_shard, chunk
+      chunk, number = [], number + 1
+  if chunk:
+    yield number, number * docs_per_shard, chunk
+
+
+def remove_partial_files(directory: str) -> None:
+  """Removes what killed writers left: temporary files, never renamed."""
+  for path in glob.glob(os.path.join(directory, '*.tmp-*')) + glob.glob(
+      os.path.join(directory, 'shards', '*.tmp-*')):
+    os.remove(path)
+
+
+def write_local(raw_documents: Iterable[tuple], settings: Settings,
+                docs_per_shard: int, workers: int = 1,
+                progress: Callable[[dict, bool], None] | None = None
+                ) -> int:
+  """Writes every shard of ``raw_documents`` not already whole, on
+  ``workers`` processes (1: in this one). Returns the number of shards.
+
+  This process reads the raw documents (the cheap part of reading) and
+  hands a shard at a time to the workers, at most two per worker in
+  flight, so memory holds a few shards of text, not the corpus.
+  ``progress(summary, reused)`` is called for each shard, in order.
+  """
+  progress = progress or (lambda summary, reused: None)
+  os.makedirs(os.path.join(settings.directory, 'shards'), exist_ok=True)
+  remove_partial_files(settings.directory)
+  count = 0
+  if workers <= 1:
+    for number, first, chunk in chunks(raw_documents, docs_per_shard):
+      summary = load_summary(settings.directory, number)
+      reused = summary is not None
+      if not reused:
+        summary = write_shard(settings, number, first, chunk)
+      progress(summary, reused)
+      count = number + 1
+    return count
+  # Spawned, not forked: the caller may run JAX's threads.
+  context = multiprocessing.get_context('spawn')
+  pending: collections.deque = collections.deque()
+  with concurrent.futures.ProcessPoolExecutor(workers,
+                                              mp_context=context) as pool:
+    def drain(limit):
+      while len(pending) > limit:
+        future, reused = pending.popleft()
+        progress(future.result() if future else reused, future is None)
+
+    for number, first, chunk in chunks(raw_documents, docs_per_shard):
+      summary = load_summary(settings.directory, number)
+      pending.append(
+          (None, summary) if summary is not None else
+          (pool.submit(write_shard, settings, number, first, chunk), None))
+      drain(2 * workers)
+      count = number + 1
+    drain(0)
+  return count
+
+
+def check_shards(directory: str, manifest: dict, full: bool = False
+                 ) -> None:
+  """Raises ShardError naming the first shard file that is missing, of
+  the wrong size or (with ``full``, which reads every file) of the wrong
+  SHA-256, and saying how to rewrite it."""
+  for number in range(manifest['num_shards']):
+    for s in SPLITS:
+      path = shard_path(directory, s, number)
+      expected = manifest['splits'][s]['shards'][number]
+      problem = None
+      if not os.path.exists(path):
+        problem = 'is missing'
+      elif os.path.getsize(path) != expected['bytes']:
+        problem = (f'has {os.path.getsize(path)} bytes, not the '
+                   f'{expected["bytes"]} it was written with (truncated?)')
+      elif full and _sha256(path) != expected['sha256']:
+        problem = 'does not have the SHA-256 it was written with (corrupt)'
+      if problem:
+        raise ShardError(
+            f'shard {path} {problem}. Delete it, '
+            f'{summary_path(directory, number)} and '
+            f'{os.path.join(directory, MANIFEST)}, and prepare again: only '
+            'the missing shards are rewritten.')
+
+
+def finish(directory: str, num_shards: int, skipped: dict[str, int],
+           metadata: dict, check: Callable[[dict], None] = lambda m: None
+           ) -> dict:
+  """Merges the shards' summaries into the index of each split, TFDS's
+  dataset_info.json and the manifest (written last). ``skipped``: what
+  reading the raw documents skipped (the shards add theirs). ``check``
+  sees the manifest before it is written and may refuse it. Returns the
+  manifest."""
+  summaries = []
+  for number in range(num_shards):
+    summary = load_summary(directory, number)
+    if summary is None:
+      raise ShardError(f'shard {number} of {directory} is not whole; '
+                       'prepare again to rewrite it.')
+    summaries.append(summary)
+  total = collections.Counter(skipped)
+  for summary in summaries:
+    total.update(summary['skipped'])
+  manifest = {
+      'format_version': metadata['format_version'],
+      'num_shards': num_shards,
+      'docs_per_shard': metadata['docs_per_shard'],
+      'num_raw_documents': sum(s['num_raw_documents'] for s in summaries),
+      'skipped': {k: int(total[k]) for k in corpus_lib.SKIP_COUNTERS},
+      'splits': {s: {
+          'records': sum(x[s]['records'] for x in summaries),
+          'tokens': sum(x[s]['tokens'] for x in summaries),
+          'shards': [{k: x[s][k] for k in ('records', 'bytes', 'sha256')}
+                     for x in summaries]} for s in SPLITS},
+      **{k: v for k, v in metadata.items()
+         if k not in ('format_version', 'docs_per_shard')},
+  }
+  check(manifest)
+  for s in SPLITS:
+    _merge_index(directory, summaries, s, metadata['vocab_size'])
+  _write_dataset_info(directory, manifest)
+  path = os.path.join(directory, MANIFEST)
+  with open(_tmp(path), 'w') as f:
+    json.dump(manifest, f, indent=1, sort_keys=True)
+  os.replace(_tmp(path), path)
+  return manifest
+
+
+def _merge_index(directory: str, summaries: list[dict], split: str,
+                 vocab_size: int) -> None:
+  """Writes ``index-<split>`` from the shards' summaries, a shard at a time
+  into memory-mapped files: memory holds one shard's, not the corpus's."""
+  path = os.path.join(directory, f'index-{split}')
+  tmp = _tmp(path)
+  os.makedirs(tmp, exist_ok=True)
+  num_sentences = sum(x[split]['sentences'] for x in summaries)
+  num_documents = sum(x[split]['records'] for x in summaries)
+  lengths = np.lib.format.open_memmap(
+      os.path.join(tmp, 'sentence_lengths.npy'), 'w+', np.int32,
+      (num_sentences,))
+  offsets = np.lib.format.open_memmap(
+      os.path.join(tmp, 'document_offsets.npy'), 'w+', np.int64,
+      (num_documents + 1,))
+  offsets[0] = 0
+  unigrams = np.zeros(vocab_size, np.int64)
+  sentence, document = 0, 0
+  for summary in summaries:
+    _, arrays = load_summary(directory, summary['number'], arrays=True)
+    x = arrays[f'{split}_sentence_lengths']
+    lengths[sentence:sentence + len(x)] = x
+    y = arrays[f'{split}_document_sentences']
+    offsets[document + 1:document + 1 + len(y)] = sentence + np.cumsum(y)
+    sentence, document = sentence + len(x), document + len(y)
+    unigrams += arrays[f'{split}_unigram_counts']
+  lengths.flush()
+  offsets.flush()
+  del lengths, offsets
+  np.save(os.path.join(tmp, 'unigram_counts.npy'), unigrams)
+  _replace_directory(tmp, path)
+
+
+def _write_dataset_info(directory: str, manifest: dict) -> None:
+  """TFDS's metadata, so ``tfds.builder_from_directory`` reads the shards."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  features = tfds.features.FeaturesDict({
+      name: tfds.features.Tensor(shape=(None,), dtype=dtype,
+                                 encoding=tfds.features.Encoding.BYTES)
+      for name, dtype in FEATURES.items()})
+  template = tfds.core.ShardedFileTemplate(
+      data_dir=directory, template=FILENAME_TEMPLATE,
+      dataset_name=DATASET_NAME, filetype_suffix='array_record')
+  split_infos = [tfds.core.SplitInfo(
+      name=s, shard_lengths=[x['records'] for x in
+                             manifest['splits'][s]['shards']],
+      num_bytes=sum(x['bytes'] for x in manifest['splits'][s]['shards']),
+      filename_template=template.replace(split=s)) for s in SPLITS]
+  tfds.folder_dataset.write_metadata(
+      data_dir=directory, features=features, split_infos=split_infos,
+      version=manifest['format_version'], filename_template=template,
+      check_data=False,
+      description='Pre-tokenized documents for bertjax pretraining.',
+      metadata=tfds.core.MetadataDict(
+          tokenizer_sha256=manifest['tokenizer_sha256'],
+          vocab_size=manifest['vocab_size'], skipped=manifest['skipped']))
+
+
+def read_manifest(directory: str) -> dict | None:
+  try:
+    with open(os.path.join(directory, MANIFEST)) as f:
+      return json.load(f)
+  except FileNotFoundError:
+    return None
