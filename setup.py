@@ -2,6 +2,8 @@
 
 import setuptools
 
+_BEAM = ['apache-beam>=2.60,<3']
+
 setuptools.setup(
     name='bertjax',
     version='0.1.0',
@@ -19,7 +21,11 @@ setuptools.setup(
         'flax>=0.12,<0.13',
         'optax>=0.2.6,<0.3',
         'orbax-checkpoint>=0.12,<0.13',
-        'sentencepiece>=0.2,<0.3',
+        # Below 0.2.3: its generated model proto refuses a protobuf older
+        # than 7.36, which Beam (the 'beam' extra) cannot take, and it trains
+        # other models from the same text; one version for every install
+        # keeps a config's tokenizer the same bytes.
+        'sentencepiece>=0.2,<0.2.3',
         'tensorflow-datasets>=4.9.9,<5',
         # TFDS builders import it when writing ArrayRecord without TensorFlow.
         'importlib_resources>=6',
@@ -50,7 +56,11 @@ setuptools.setup(
         'test': ['pytest>=8,<10', 'pytest-xdist>=3.6,<4',
                  'hypothesis>=6.100,<7', 'scipy>=1.11,<2',
                  'matplotlib>=3.9,<4', 'torch>=2.6,<=2.13.0',
-                 'transformers>=5,<6'],
+                 'transformers>=5,<6', *_BEAM],
+        # Preparing a corpus as an Apache Beam pipeline
+        # (data_pipelines/beam.py; python -m data_pipelines.prepare
+        # --runner=beam).
+        'beam': _BEAM,
         # experiments/compare.py's plots.
         'compare': ['matplotlib>=3.9,<4'],
         # Peers measured side by side in experiments/benchmarks/.

@@ -334,9 +334,25 @@ def check_tokenizer_matches(saved_meta: dict | None,
         'pieces). Use the original tokenizer model, or a new --workdir.')
 
 
+def warn_if_data_format_changed(saved_meta: dict | None,
+                                workdir: str) -> None:
+  """A checkpoint resumes on the batches it would have seen only on data
+  of the format it was trained on: say so when that format has changed
+  (the records are the same, their order or indices are not)."""
+  saved = (saved_meta or {}).get('data_format', 'before 2.0.0')
+  if saved_meta and saved != pretokenize.FORMAT_VERSION:
+    say(f'warning: the checkpoints in {workdir!r} were trained on '
+        f'pre-tokenized data of format {saved}; this bertjax prepares format '
+        f'{pretokenize.FORMAT_VERSION}, whose documents are the same but in '
+        'another order, so the run goes on with other batches than it would '
+        'have seen. Install the bertjax that started the run to resume it '
+        'exactly.')
+
+
 def prepare_data(cfg, saved_meta: dict | None, workdir: str):
   """The tokenizer (checked against the workdir's) and the pre-tokenized
   data, built on first use and then reused."""
+  warn_if_data_format_changed(saved_meta, workdir)
   if mixture_lib.is_mixture(cfg.data):
     # One tokenizer for all components; each component built alone.
     fingerprints = mixture_lib.fingerprints(cfg.data)
@@ -529,6 +545,7 @@ def write_run_files(cfg, workdir: str, data: InputData, task: objectives.Task,
       'identity': run_identity(cfg),
       'tokenizer_sha256': data.tokenizer.sha256,
       'vocab_size': data.tokenizer.vocab_size, 'config': cfg.to_dict(),
+      'data_format': pretokenize.FORMAT_VERSION,
       'trainable_parameters': trainable_parameters(
           compiled.abstract_state.params, task.trainable),
       'flops_per_token': task.flops_per_token,

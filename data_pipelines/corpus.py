@@ -140,7 +140,9 @@ class CorpusSpec:
     tfds_name: for 'tfds'.
     tfds_split: for 'tfds'.
     tfds_data_dir: for 'tfds'; None means TFDS's default.
-    max_documents: keep only the first N documents (0 = all).
+    max_documents: keep only the first N documents (0 = all): of a
+      'files' or 'tfds' corpus, as the format delimits them (a document
+      that turns out to hold no text counts, and is skipped).
   """
   source: str = 'embedded'
   path: str = ''
@@ -668,17 +670,20 @@ def embedded_documents(counts: collections.Counter | None = None
   return read_documents(CorpusSpec(), counts)
 
 
-def _topic_names() -> list[str]:
+def _embedded_documents(counts: collections.Counter) -> Iterator[Document]:
+  """The embedded corpus's documents: topics and modules with prose."""
   try:
     from pydoc_data import topics  # pylint: disable=g-import-not-at-top
+    for name in sorted(topics.topics):
+      document = _docstring_sentences(topics.topics[name], counts)
+      if document:
+        yield document
   except ImportError:  # Some distributions strip pydoc_data.
-    return []
-  return sorted(topics.topics)
-
-
-def _topic_document(name: str, counts: collections.Counter) -> Document:
-  from pydoc_data import topics  # pylint: disable=g-import-not-at-top
-  return _docstring_sentences(topics.topics[name], counts)
+    pass
+  for file in stdlib_files():
+    document = _module_document(_read_text(file, counts), counts)
+    if document:
+      yield document
 
 
 # ---------------------------------------------------------------------------
@@ -701,8 +706,8 @@ def raw_documents(spec: CorpusSpec,
   ``Document``. Adds to ``counts`` what delimiting them dropped."""
   counts = collections.Counter() if counts is None else counts
   if spec.source == 'embedded':
-    raw = itertools.chain((('topic', name) for name in _topic_names()),
-                          (('module', file) for file in stdlib_files()))
+    # Parsed here: many modules have no prose, and are not documents.
+    raw = (('parsed', document) for document in _embedded_documents(counts))
   elif spec.source == 'files':
     raw = _raw_file_documents(spec, counts)
   else:
@@ -712,16 +717,28 @@ def raw_documents(spec: CorpusSpec,
 
 def _raw_file_documents(spec: CorpusSpec, counts: collections.Counter
                         ) -> Iterator[tuple]:
-  for file in _expand_files(spec.path):
-    if spec.text_format == 'jsonl':
-      for number, line in enumerate(_text_lines(file, counts), 1):
-        if line.strip():
-          yield ('jsonl', line, f'{file}:{number}')
-    elif spec.text_format == 'sentence_per_line':
-      for lines in _line_documents(_text_lines(file, counts), counts):
-        yield ('lines', lines)
-    else:   # A file is one document, read whole by parse_document.
-      yield ('file', file)
+  for file in files(spec):
+    yield from file_raw_documents(spec.text_format, file, counts)
+
+
+def files(spec: CorpusSpec) -> list[str]:
+  """The files of a 'files' corpus, in reading order."""
+  return _expand_files(spec.path)
+
+
+def file_raw_documents(text_format: str, file: str,
+                       counts: collections.Counter) -> Iterator[tuple]:
+  """The raw documents of one file of a 'files' corpus: the corpus's are
+  those of its ``files``, one after the other."""
+  if text_format == 'jsonl':
+    for number, line in enumerate(_text_lines(file, counts), 1):
+      if line.strip():
+        yield ('jsonl', line, f'{file}:{number}')
+  elif text_format == 'sentence_per_line':
+    for lines in _line_documents(_text_lines(file, counts), counts):
+      yield ('lines', lines)
+  else:   # A file is one document, read whole by parse_document.
+    yield ('file', file)
 
 
 def _raw_tfds_documents(spec: CorpusSpec, counts: collections.Counter
@@ -734,13 +751,23 @@ def _raw_tfds_documents(spec: CorpusSpec, counts: collections.Counter
     yield ('text', str(text))
 
 
+def raw_size(raw: tuple) -> int:
+  """About the bytes of text of a raw document (its characters): a
+  measure of progress."""
+  kind = raw[0]
+  if kind in ('lines', 'parsed'):
+    return sum(map(len, raw[1])) + len(raw[1])
+  if kind == 'file':
+    return os.path.getsize(raw[1])
+  return len(raw[1])
+
+
 def parse_document(raw: tuple, counts: collections.Counter | None = None
                    ) -> Document | None:
   """The ``Document`` of a raw document, or None if it has no sentence.
 
   Adds to ``counts`` what it repaired or dropped (an empty document counts
-  in 'empty_documents', except the embedded corpus's modules and topics
-  with no prose, which are not documents of text).
+  in 'empty_documents').
   """
   counts = collections.Counter() if counts is None else counts
   kind = raw[0]
@@ -753,10 +780,8 @@ def parse_document(raw: tuple, counts: collections.Counter | None = None
     document = _paragraphs_to_document(paragraphs, counts)
   elif kind == 'text':   # A TFDS record: paragraphs a line each.
     document = _paragraphs_to_document(raw[1].split('\n'), counts)
-  elif kind == 'topic':
-    return _topic_document(raw[1], counts) or None
-  elif kind == 'module':
-    return _module_document(_read_text(raw[1], counts), counts) or None
+  elif kind == 'parsed':
+    return raw[1]
   else:
     raise ValueError(f'not a raw document: {raw!r:.80}')
   if not document:

@@ -203,7 +203,7 @@ def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
 
 
 @contextlib.contextmanager
-def _locked(directory: str):
+def locked(directory: str):
   """Holds an exclusive lock on ``directory`` (a file next to it): two
   processes preparing the same data take turns, and the second reuses
   what the first wrote."""
@@ -285,7 +285,7 @@ def write(the_plan: Plan, workers: int = 1,
   """Writes the plan's shards here (``workers`` processes, 1 = this one),
   keeping those a killed run finished, and merges them. Returns the
   manifest; reuses a finished directory."""
-  with _locked(the_plan.directory):
+  with locked(the_plan.directory):
     manifest = shards.read_manifest(the_plan.directory)
     if manifest is not None:
       return manifest

@@ -308,6 +308,7 @@ def write_shard(settings: Settings, number: int, first_index: int,
       writer.close()
   summary = {'number': number, 'first_index': first_index,
              'num_raw_documents': len(raw_documents),
+             'text_size': sum(map(corpus_lib.raw_size, raw_documents)),
              'skipped': {k: int(counts[k]) for k in corpus_lib.SKIP_COUNTERS}}
   arrays = {}
   for s in SPLITS:

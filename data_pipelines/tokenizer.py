@@ -213,7 +213,7 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str,
     if not num_sentences:
       raise NoTrainingText('SentencePiece training failed: there is no text '
                            'to train on (0 sentences).') from e
-    if 'all_chars_count' in str(e):
+    if 'all_chars_count' in str(e) or 'required_chars_.empty()' in str(e):
       raise NoTrainingText(
           'SentencePiece training failed: none of the '
           f'{num_sentences} training sentences holds a character it keeps '

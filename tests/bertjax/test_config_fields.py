@@ -130,6 +130,8 @@ INVALID = {
     'data.max_seq_length': [4, 256],
     'data.short_seq_prob': [-0.1, 1.5],
     'data.dupe_factor': [0],
+    'data.docs_per_shard': [0],
+    'data.prepare_workers': [-1],
     'data.num_threads': [0],
     'data.num_workers': [-1],
     'data.prefetch_batches': [-1],

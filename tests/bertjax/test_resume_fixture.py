@@ -1,17 +1,23 @@
-"""A workdir written by an earlier bertjax resumes, bit for bit.
+"""A workdir written by an earlier bertjax resumes.
 
 ``golden/resume_v1`` was written by the code before the package was
 restructured (commit bbf65d9, the one that first added this fixture): the
 demo config made tiny (``TINY``) with a 384-piece vocabulary, a 6-step
-schedule stopped at step 4 (``num_train_steps=4``) with its checkpoint, and
-``expected_metrics.jsonl``, the same run's metrics.jsonl when it trains all
-6 steps without stopping. Resuming that checkpoint with today's code must
-log steps 5 and 6 exactly as the old code did.
+schedule stopped at step 4 (``num_train_steps=4``) with its checkpoint.
 
-384 is a multiple of 128: the embedding table has no padding rows, so the
-later fix that keeps padding rows out of the vocabulary softmax leaves the
-old code's numbers unchanged (at ``TINY``'s 400 it changes them, as it
-should).
+Until data format 2.0.0, ``expected_metrics.jsonl`` was the old code's
+unbroken 6-step run, and resuming had to log steps 5 and 6 exactly as it
+did. Format 2.0.0 (data_pipelines/shards.py) writes the same documents in
+corpus order instead of TFDS's hashed order, so no resumption on it can
+see the old batches: steps 5 and 6 there are now what the first
+resumption on format 2.0.0 logged (lines 1-4 are still the old run's).
+The test guards that the old layout restores, that the trainer says the
+data under it changed, and that nothing else changes what a resumed run
+computes.
+
+384 is a multiple of 128: the embedding table has no padding rows. The
+checkpoint was rewritten by the same old code when SentencePiece was pinned
+below 0.2.3 (which trains other models from the same text).
 """
 
 import os
@@ -38,7 +44,9 @@ def test_a_checkpoint_of_the_earlier_layout_resumes_bitwise(tmp_path, capfd):
       'checkpoint_every_steps': 4})
   train.train_and_evaluate(cfg, str(workdir))
   # Resumed, not retrained (a fresh run would log the same numbers).
-  assert 'resumed from the checkpoint at step 4' in capfd.readouterr().out
+  out = capfd.readouterr().out
+  assert 'resumed from the checkpoint at step 4' in out
+  assert 'trained on pre-tokenized data of format before 2.0.0' in out
   with open(os.path.join(FIXTURE, 'expected_metrics.jsonl')) as f:
     expected = f.readlines()
   with open(workdir / 'metrics.jsonl') as f:

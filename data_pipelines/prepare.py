@@ -1,0 +1,157 @@
+r"""Prepare a config's pre-tokenized data on its own, before training.
+
+  python -m data_pipelines.prepare --config=experiments/configs/bert.py \
+      --config.data.corpus.path='/data/wiki/**/*.txt.gz' --workers=64
+
+trains (or loads) the tokenizer, then writes the shards
+(data_pipelines/shards.py) into ``data.data_dir``, where the trainer with
+the same config finds and reuses them. ``--runner=local`` (the default)
+writes them with ``--workers`` processes on this machine; ``--runner=beam``
+runs the same preparation as an Apache Beam pipeline (data_pipelines/
+beam.py): on the DirectRunner in ``--workers`` processes, or with Beam's
+own options after ``--``, e.g. on Dataflow:
+
+  python -m data_pipelines.prepare --config=... --runner=beam -- \
+      --runner=DataflowRunner --project=P --region=R \
+      --temp_location=gs://B/tmp --num_workers=100
+
+Both write the same bytes, and both resume: a rerun after a failure keeps
+the shards that were finished. Progress (documents, tokens/s, ETA) goes to
+stderr; the summary to stdout. ``--verify`` checks a finished
+preparation's every shard against its SHA-256 instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from bertjax import config_lib
+from data_pipelines import beam
+from data_pipelines import corpus
+from data_pipelines import pretokenize
+from data_pipelines import shards
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Experiment config file, e.g. '
+    'experiments/configs/bert.py:size=base', lock_config=False)
+_WORKERS = flags.DEFINE_integer(
+    'workers', 0, 'Processes that write shards (0 = one per core); '
+    'overrides data.prepare_workers.')
+_RUNNER = flags.DEFINE_enum(
+    'runner', 'local', ['local', 'beam'], 'local: a process pool on this '
+    'machine; beam: an Apache Beam pipeline (DirectRunner, or the runner '
+    'given in Beam options after --).')
+_VERIFY = flags.DEFINE_boolean(
+    'verify', False, 'Check every shard of a finished preparation against '
+    'its SHA-256 (reads them all), and write nothing.')
+
+
+# Typical size of text over its compressed size, for the progress bar's
+# estimate of a compressed corpus's text.
+_COMPRESSION_RATIOS = {'.gz': 3.0, '.bz2': 3.8, '.zst': 3.2, '.zstd': 3.2}
+
+
+def estimated_text_size(files) -> int:
+  """About the bytes of text of ``files`` (compressed ones estimated)."""
+  total = 0
+  for file in files:
+    ratio = next((r for ext, r in _COMPRESSION_RATIOS.items()
+                  if file.endswith(ext)), 1.0)
+    total += int(os.path.getsize(file) * ratio)
+  return total
+
+
+class Progress:
+  """A tqdm bar over the corpus's text (MB; an ETA where its size is
+  known), with documents and tokens/s; and the summary's figures."""
+
+  def __init__(self, total_bytes: int | None):
+    import tqdm  # pylint: disable=g-import-not-at-top
+    self._bar = tqdm.tqdm(total=total_bytes and total_bytes / 2**20,
+                          unit='MB', file=sys.stderr, dynamic_ncols=True,
+                          bar_format='{l_bar}{bar}| {n:,.0f}/{total:,.0f} '
+                          '{unit} [{elapsed}<{remaining}{postfix}]')
+    self.start = time.perf_counter()
+    self.tokens = self.documents = 0
+    self.written = self.reused = 0
+
+  def __call__(self, summary: dict, reused: bool) -> None:
+    if reused:
+      self.reused += 1
+    else:
+      self.written += 1
+      self.tokens += summary['train']['tokens'] + summary['eval']['tokens']
+    self.documents += summary['num_raw_documents']
+    seconds = time.perf_counter() - self.start
+    self._bar.set_postfix_str(
+        f'{self.documents:,} docs, '
+        f'{self.tokens / max(seconds, 1e-9) / 1e3:,.0f}k tokens/s',
+        refresh=False)
+    self._bar.update(summary['text_size'] / 2**20)
+
+  def close(self) -> None:
+    self._bar.close()
+
+
+def main(argv) -> None:
+  cfg = _CONFIG.value
+  if cfg is None:
+    raise app.UsageError('--config is required.')
+  beam_args = argv[1:]
+  if beam_args and _RUNNER.value != 'beam':
+    raise app.UsageError(f'unexpected arguments {beam_args}: Beam options '
+                         'go after -- with --runner=beam.')
+  config_lib.validate(cfg)
+  workers = _WORKERS.value or cfg.data.prepare_workers or os.cpu_count()
+  start = time.perf_counter()
+  the_plan = pretokenize.plan(cfg.data)
+  print(f'tokenizer: {the_plan.tokenizer.vocab_size} pieces '
+        f'({time.perf_counter() - start:.1f} s)')
+  print(f'data: {the_plan.directory}')
+  if _VERIFY.value:
+    manifest = shards.read_manifest(the_plan.directory)
+    if manifest is None:
+      sys.exit(f'{the_plan.directory} is not a finished preparation.')
+    shards.check_shards(the_plan.directory, manifest, full=True)
+    print(f'{manifest["num_shards"]} shards: every file has its SHA-256.')
+    return
+  start = time.perf_counter()
+  if _RUNNER.value == 'beam':
+    manifest = beam.run(the_plan, beam_args, workers)
+    progress = None
+  else:
+    progress = Progress(estimated_text_size(corpus.files(the_plan.spec))
+                        if the_plan.spec.source == 'files' else None)
+    try:
+      manifest = pretokenize.write(the_plan, workers, progress)
+    finally:
+      progress.close()
+  seconds = time.perf_counter() - start
+  print(summary(manifest, seconds, progress))
+
+
+def summary(manifest: dict, seconds: float, progress=None) -> str:
+  splits = manifest['splits']
+  tokens = sum(splits[s]['tokens'] for s in splits)
+  lines = [
+      f'{manifest["num_shards"]} shards of {manifest["docs_per_shard"]} raw '
+      f'documents: {manifest["num_raw_documents"]:,} documents read',
+      *(f'  {s}: {splits[s]["records"]:,} documents, '
+        f'{splits[s]["tokens"]:,} tokens' for s in splits),
+      f'  skipped: {pretokenize.format_skipped(manifest["skipped"])}',
+  ]
+  if progress is not None and progress.reused:
+    lines.append(f'  {progress.reused} shards were already written and kept')
+  lines.append(f'{seconds:.1f} s, {tokens / max(seconds, 1e-9) / 1e3:,.0f}k '
+               'tokens/s')
+  return '\n'.join(lines)
+
+
+if __name__ == '__main__':
+  app.run(main)
