@@ -487,35 +487,40 @@ def finish(directory: str, num_shards: int, skipped: dict[str, int],
   return manifest
 
 
+def _npy_writer(path: str, dtype, length: int):
+  """An open .npy file of ``length`` items, its header written: the items
+  follow as raw bytes."""
+  f = open(path, 'wb')  # pylint: disable=consider-using-with
+  np.lib.format.write_array_header_1_0(f, {
+      'descr': np.lib.format.dtype_to_descr(np.dtype(dtype)),
+      'fortran_order': False, 'shape': (length,)})
+  return f
+
+
 def _merge_index(directory: str, summaries: list[dict], split: str,
                  vocab_size: int) -> None:
   """Writes ``index-<split>`` from the shards' summaries, a shard at a time
-  into memory-mapped files: memory holds one shard's, not the corpus's."""
+  appended to the files: memory holds one shard's, not the corpus's."""
   path = os.path.join(directory, f'index-{split}')
   tmp = _tmp(path)
   os.makedirs(tmp, exist_ok=True)
   num_sentences = sum(x[split]['sentences'] for x in summaries)
   num_documents = sum(x[split]['records'] for x in summaries)
-  lengths = np.lib.format.open_memmap(
-      os.path.join(tmp, 'sentence_lengths.npy'), 'w+', np.int32,
-      (num_sentences,))
-  offsets = np.lib.format.open_memmap(
-      os.path.join(tmp, 'document_offsets.npy'), 'w+', np.int64,
-      (num_documents + 1,))
-  offsets[0] = 0
   unigrams = np.zeros(vocab_size, np.int64)
-  sentence, document = 0, 0
-  for summary in summaries:
-    _, arrays = load_summary(directory, summary['number'], arrays=True)
-    x = arrays[f'{split}_sentence_lengths']
-    lengths[sentence:sentence + len(x)] = x
-    y = arrays[f'{split}_document_sentences']
-    offsets[document + 1:document + 1 + len(y)] = sentence + np.cumsum(y)
-    sentence, document = sentence + len(x), document + len(y)
-    unigrams += arrays[f'{split}_unigram_counts']
-  lengths.flush()
-  offsets.flush()
-  del lengths, offsets
+  with _npy_writer(os.path.join(tmp, 'sentence_lengths.npy'), np.int32,
+                   num_sentences) as lengths, _npy_writer(
+                       os.path.join(tmp, 'document_offsets.npy'), np.int64,
+                       num_documents + 1) as offsets:
+    offsets.write(np.zeros(1, np.int64).tobytes())
+    sentence = 0
+    for summary in summaries:
+      _, arrays = load_summary(directory, summary['number'], arrays=True)
+      lengths.write(arrays[f'{split}_sentence_lengths'].astype(
+          np.int32).tobytes())
+      offsets.write((sentence + np.cumsum(
+          arrays[f'{split}_document_sentences'], dtype=np.int64)).tobytes())
+      sentence += len(arrays[f'{split}_sentence_lengths'])
+      unigrams += arrays[f'{split}_unigram_counts']
   np.save(os.path.join(tmp, 'unigram_counts.npy'), unigrams)
   _replace_directory(tmp, path)
 

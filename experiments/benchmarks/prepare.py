@@ -15,10 +15,12 @@ processes, one at a time:
   the shards (a TFDS builder, commit de319a0, loaded from git history),
   with the same tokenizer and 1 and all-core SentencePiece threads.
 
-Peak RSS is the largest resident set of the process and of any one of its
-worker processes (``getrusage``). Tokens/s is the tokens written over the
-phase's wall time. The tokenizer is timed apart: it is the same for any
-worker count.
+The shards' rows time ``pretokenize.write``: the preparation, from the
+corpus to the shards, their merged index and the manifest (not the
+trainer's loading of the index afterwards). Peak RSS is the largest
+resident set of the process and of any one of its worker processes
+(``getrusage``). Tokens/s is the tokens written over the phase's wall
+time. The tokenizer is timed apart: it is the same for any worker count.
 
   python experiments/benchmarks/prepare.py --sizes=100,1000 \
       --work=/tmp/prepare_bench
@@ -78,12 +80,12 @@ def _phase_shards(job: dict, args) -> dict:
   from data_pipelines import pretokenize  # pylint: disable=g-import-not-at-top
   d = _data_config(job['corpus'], job['data_dir'], args)
   d.tokenizer.model_path = job['model']
-  d.prepare_workers = job['workers']
   start = time.perf_counter()
-  prepared = pretokenize.prepare(d, num_threads=1)
+  manifest = pretokenize.write(pretokenize.plan(d, num_threads=1),
+                               job['workers'])
   seconds = time.perf_counter() - start
-  return {'seconds': seconds, 'tokens': prepared.train_index.num_tokens
-          + prepared.eval_index.num_tokens}
+  return {'seconds': seconds, 'tokens': sum(
+      manifest['splits'][s]['tokens'] for s in manifest['splits'])}
 
 
 def _phase_beam(job: dict, args) -> dict:
@@ -109,6 +111,7 @@ def _phase_peer(job: dict, args) -> dict:
     f.write(source)
   spec = importlib.util.spec_from_file_location('peer_pretokenize', path)
   peer = importlib.util.module_from_spec(spec)
+  sys.modules['peer_pretokenize'] = peer
   spec.loader.exec_module(peer)
   d = _data_config(job['corpus'], job['data_dir'], args)
   d.tokenizer.model_path = job['model']
