@@ -40,6 +40,7 @@ class Stream(enum.IntEnum):
   MASK_UNIT_START = 11
   MASK_LEVEL = 12
   MIXTURE = 13
+  TOKENIZER_SAMPLE = 14
 
 
 def _mix_int(x: int) -> int:

@@ -177,7 +177,9 @@ def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str]
   specs = corpus_specs(data_cfg)
   return pretokenize.cached_tokenizer(
       data_cfg, ('mixture', [[n, corpus_fingerprints[n]] for n in names]),
-      lambda: _interleaved_sentences([specs[n] for n in names]))
+      lambda k, seed: tokenizer_lib.sample_sentences(
+          _interleaved_sentences([specs[n] for n in names]), k, seed),
+      method='sampled')
 
 
 @dataclasses.dataclass

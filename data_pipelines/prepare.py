@@ -109,6 +109,7 @@ def main(argv) -> None:
                          'go after -- with --runner=beam.')
   config_lib.validate(cfg)
   workers = _WORKERS.value or cfg.data.prepare_workers or os.cpu_count()
+  cfg.data.prepare_workers = workers   # The tokenizer's sample too.
   start = time.perf_counter()
   the_plan = pretokenize.plan(cfg.data)
   print(f'tokenizer: {the_plan.tokenizer.vocab_size} pieces '

@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import heapq
 import json
 import os
 from typing import Callable, Iterable
@@ -147,43 +148,84 @@ def cache_key(*parts) -> str:
 
 
 def cached_tokenizer(data_cfg, text_key: tuple,
-                     sentences_fn: Callable[[], Iterable[str]]
-                     ) -> tokenizer_lib.Tokenizer:
-  """Loads ``tokenizer.model_path``, or trains one on a seeded uniform
-  sample of ``tokenizer.max_sentences`` of ``sentences_fn()`` (all of them
-  if there are fewer: ``tokenizer.sample_sentences``, one pass, memory for
-  the sample alone).
+                     sample_fn: Callable[[int, int], list[str]],
+                     method: str) -> tokenizer_lib.Tokenizer:
+  """Loads ``tokenizer.model_path``, or trains one on
+  ``sample_fn(tokenizer.max_sentences, tokenizer.sample_seed)``: a seeded
+  uniform sample of the text's sentences (all of them if there are fewer).
 
   A trained model is cached in ``data_dir/tokenizers/<key>/spm.model``, the
-  key covering ``text_key`` (what identifies the training text) and the
-  tokenizer settings.
+  key covering ``text_key`` (what identifies the training text), the
+  sampling ``method`` and the tokenizer settings.
   """
   tok_cfg = data_cfg.tokenizer
   if tok_cfg.model_path:
     return tokenizer_lib.Tokenizer.load(tok_cfg.model_path)
-  # 'sampled': models trained on the first max_sentences are not reused.
+  seed = tok_cfg.get('sample_seed', 0)
   key = cache_key(*text_key, tok_cfg.vocab_size, tok_cfg.model_type,
                   tok_cfg.max_sentences, tokenizer_lib.TRAINING_THREADS,
-                  'sampled', tok_cfg.get('sample_seed', 0))
+                  method, seed)
   path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
   if os.path.exists(path):
     return tokenizer_lib.Tokenizer.load(path)
   logging.info('Training a %s SentencePiece model of %d pieces -> %s',
                tok_cfg.model_type, tok_cfg.vocab_size, path)
-  sample = tokenizer_lib.sample_sentences(
-      sentences_fn(), tok_cfg.max_sentences, tok_cfg.get('sample_seed', 0))
   tokenizer = tokenizer_lib.train(
-      sample, tok_cfg.vocab_size, tok_cfg.model_type,
-      max_sentences=tok_cfg.max_sentences)
+      sample_fn(tok_cfg.max_sentences, seed), tok_cfg.vocab_size,
+      tok_cfg.model_type, max_sentences=tok_cfg.max_sentences)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tokenizer.save(path)
   return tokenizer
 
 
+def sample_corpus(spec: corpus_lib.CorpusSpec, k: int, seed: int,
+                  workers: int = 1,
+                  docs_per_shard: int = DEFAULT_DOCS_PER_SHARD,
+                  counts: collections.Counter | None = None) -> list[str]:
+  """A seeded uniform sample of ``k`` of the corpus's sentences (all of
+  them if there are fewer), in corpus order, drawn by ``workers``
+  processes in one pass (``shards.sample_shard``: the ``k`` smallest
+  sentence keys). The same sentences for any number of processes; memory
+  for the sample and a shard per process.
+
+  Each shard is asked only for keys up to the largest of the ``k`` kept so
+  far, so after the first ``k`` sentences, about ``k * ln(n / k)`` more
+  of the corpus's ``n`` come back to this process.
+  """
+  counts = collections.Counter() if counts is None else counts
+  kept: list = []   # A max-heap of the k smallest (key, doc, sentence).
+
+  def tasks():
+    for _, first, chunk in shards.chunks(
+        corpus_lib.raw_documents(spec, counts), docs_per_shard):
+      threshold = (shards.ALL_KEYS if len(kept) < k
+                   else np.uint64(-kept[0][0]))
+      yield seed, first, chunk, threshold, k
+
+  for found, shard_counts in shards.ordered_map(shards.sample_shard,
+                                                tasks(), workers):
+    counts.update(shard_counts)
+    for key, document, index, sentence in found:
+      entry = (-key, -document, -index, sentence)
+      if len(kept) < k:
+        heapq.heappush(kept, entry)
+      elif entry > kept[0]:
+        heapq.heapreplace(kept, entry)
+  return [sentence for _, _, _, sentence in sorted(
+      kept, key=lambda entry: (-entry[1], -entry[2]))]
+
+
+def prepare_workers(data_cfg) -> int:
+  """Processes that prepare the data (``data.prepare_workers``)."""
+  return data_cfg.get('prepare_workers', 1) or os.cpu_count() or 1
+
+
 def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
                             corpus_fingerprint: str
                             ) -> tokenizer_lib.Tokenizer:
-  """Loads ``tokenizer.model_path`` or trains one on the corpus (cached).
+  """Loads ``tokenizer.model_path`` or trains one on a sample of the
+  corpus (``sample_corpus``, by ``data.prepare_workers`` processes;
+  cached).
 
   Raises:
     DataError: the corpus has no text to train on (naming it and what
@@ -193,8 +235,10 @@ def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
   try:
     return cached_tokenizer(
         data_cfg, (corpus_fingerprint,),
-        lambda: (s for doc in corpus_lib.read_documents(spec, counts)
-                 for s in doc))
+        lambda k, seed: sample_corpus(
+            spec, k, seed, prepare_workers(data_cfg),
+            data_cfg.get('docs_per_shard', DEFAULT_DOCS_PER_SHARD), counts),
+        method='bottom-k')
   except tokenizer_lib.NoTrainingText as e:
     raise DataError(
         f'{corpus_lib.describe(spec)}: no text to train a tokenizer on; '
@@ -337,6 +381,5 @@ def prepare(data_cfg, num_threads: int = 0,
       already computed it (it stats every file of a large corpus).
   """
   the_plan = plan(data_cfg, num_threads, tokenizer, corpus_fingerprint)
-  workers = data_cfg.get('prepare_workers', 1) or os.cpu_count() or 1
-  write(the_plan, workers)
+  write(the_plan, prepare_workers(data_cfg))
   return load(the_plan)

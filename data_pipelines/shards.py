@@ -34,9 +34,11 @@ import concurrent.futures
 import dataclasses
 import glob
 import hashlib
+import heapq
 import json
 import multiprocessing
 import os
+import shutil
 from typing import Callable, Iterable, Iterator, Sequence
 
 from array_record.python import array_record_module
@@ -370,7 +372,43 @@ def remove_partial_files(directory: str) -> None:
   """Removes what killed writers left: temporary files, never renamed."""
   for path in glob.glob(os.path.join(directory, '*.tmp-*')) + glob.glob(
       os.path.join(directory, 'shards', '*.tmp-*')):
-    os.remove(path)
+    if os.path.isdir(path):   # An index being merged.
+      shutil.rmtree(path)
+    else:
+      os.remove(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Done:
+  """A task of ``ordered_map`` whose result is already known."""
+  result: object
+
+
+def ordered_map(fn: Callable, tasks: Iterable, workers: int) -> Iterator:
+  """``fn(*task)`` of each task, in the tasks' order, on ``workers``
+  spawned processes (1: in this one); a ``Done`` task gives its result.
+
+  ``tasks`` is drawn lazily, at most two per worker ahead of the results
+  taken, so it can hold a shard of text each and depend on the results so
+  far. Spawned, not forked: the caller may run JAX's threads.
+  """
+  if workers <= 1:
+    for task in tasks:
+      yield task.result if isinstance(task, Done) else fn(*task)
+    return
+  context = multiprocessing.get_context('spawn')
+  pending: collections.deque = collections.deque()
+  with concurrent.futures.ProcessPoolExecutor(workers,
+                                              mp_context=context) as pool:
+    for task in tasks:
+      pending.append(task if isinstance(task, Done) else
+                     pool.submit(fn, *task))
+      while len(pending) > 2 * workers:
+        item = pending.popleft()
+        yield item.result if isinstance(item, Done) else item.result()
+    while pending:
+      item = pending.popleft()
+      yield item.result if isinstance(item, Done) else item.result()
 
 
 def write_local(raw_documents: Iterable[tuple], settings: Settings,
@@ -388,35 +426,50 @@ def write_local(raw_documents: Iterable[tuple], settings: Settings,
   progress = progress or (lambda summary, reused: None)
   os.makedirs(os.path.join(settings.directory, 'shards'), exist_ok=True)
   remove_partial_files(settings.directory)
-  count = 0
-  if workers <= 1:
-    for number, first, chunk in chunks(raw_documents, docs_per_shard):
-      summary = load_summary(settings.directory, number)
-      reused = summary is not None
-      if not reused:
-        summary = write_shard(settings, number, first, chunk)
-      progress(summary, reused)
-      count = number + 1
-    return count
-  # Spawned, not forked: the caller may run JAX's threads.
-  context = multiprocessing.get_context('spawn')
-  pending: collections.deque = collections.deque()
-  with concurrent.futures.ProcessPoolExecutor(workers,
-                                              mp_context=context) as pool:
-    def drain(limit):
-      while len(pending) > limit:
-        future, reused = pending.popleft()
-        progress(future.result() if future else reused, future is None)
+  reused = collections.deque()
 
+  def tasks():
     for number, first, chunk in chunks(raw_documents, docs_per_shard):
       summary = load_summary(settings.directory, number)
-      pending.append(
-          (None, summary) if summary is not None else
-          (pool.submit(write_shard, settings, number, first, chunk), None))
-      drain(2 * workers)
-      count = number + 1
-    drain(0)
+      reused.append(summary is not None)
+      yield (Done(summary) if summary is not None else
+             (settings, number, first, chunk))
+
+  count = 0
+  for summary in ordered_map(write_shard, tasks(), workers):
+    progress(summary, reused.popleft())
+    count += 1
   return count
+
+
+# The largest sample key: a threshold that admits every sentence.
+ALL_KEYS = np.uint64(2**64 - 1)
+
+
+def sample_shard(seed: int, first_index: int, raw_documents: Sequence[tuple],
+                 threshold: np.uint64, k: int) -> tuple[list, dict]:
+  """The tokenizer's sample from one shard: of its sentences whose sample
+  key is at most ``threshold``, the ``k`` smallest, as (key, document
+  index, sentence index, sentence); and what parsing them skipped.
+
+  A sentence's key hashes (seed, its document's index, its index in the
+  document): the ``k`` smallest keys of the corpus are a uniform sample of
+  its sentences, the same whichever processes draw it and however the
+  corpus is cut (``pretokenize.sample_corpus`` merges them).
+  """
+  counts = collections.Counter()
+  found = []
+  for i, raw in enumerate(raw_documents):
+    document = corpus_lib.parse_document(raw, counts)
+    if document is None:
+      continue
+    index = first_index + i
+    keys = counter_rng.hash_counters(
+        seed, counter_rng.Stream.TOKENIZER_SAMPLE, index,
+        np.arange(len(document), dtype=np.int64))
+    found.extend((int(keys[j]), index, int(j), document[j])
+                 for j in np.flatnonzero(keys <= threshold))
+  return heapq.nsmallest(k, found), dict(counts)
 
 
 def check_shards(directory: str, manifest: dict, full: bool = False

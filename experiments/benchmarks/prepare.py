@@ -5,8 +5,8 @@ For each corpus size (a synthetic corpus, synthetic_corpus.py), in fresh
 processes, one at a time:
 
 - the tokenizer: a seeded uniform sample of ``--sample`` sentences over the
-  whole corpus (one pass), and SentencePiece trained on it
-  (``--vocab`` pieces);
+  whole corpus (one pass, by 2 and by 1 worker processes: the same model),
+  and SentencePiece trained on it (``--vocab`` pieces);
 - the shards (data_pipelines/shards.py), with that tokenizer, by 1 and by 2
   worker processes (each with one SentencePiece thread);
 - at the sizes in ``--beam_sizes``, the same shards by the Beam pipeline
@@ -67,13 +67,14 @@ def _phase_tokenizer(job: dict, args) -> dict:
   from data_pipelines import corpus  # pylint: disable=g-import-not-at-top
   from data_pipelines import pretokenize  # pylint: disable=g-import-not-at-top
   d = _data_config(job['corpus'], job['data_dir'], args)
+  d.prepare_workers = job['workers']
   start = time.perf_counter()
   spec = corpus.CorpusSpec.from_config(d.corpus)
   tokenizer = pretokenize.load_or_train_tokenizer(d, spec,
                                                   corpus.fingerprint(spec))
   seconds = time.perf_counter() - start
   tokenizer.save(job['model'])
-  return {'seconds': seconds}
+  return {'seconds': seconds, 'sha256': tokenizer.sha256}
 
 
 def _phase_shards(job: dict, args) -> dict:
@@ -175,7 +176,8 @@ def main(argv=None) -> None:
     model = os.path.join(args.work, f'spm_{size:g}mb.model')
     base = {'corpus': corpus, 'model': model,
             'data_dir': os.path.join(args.work, 'data')}
-    jobs = [('tokenizer: sample + train', {**base, 'phase': 'tokenizer'})]
+    jobs = [(f'tokenizer: sample + train, {w} worker{"s" * (w > 1)}',
+             {**base, 'phase': 'tokenizer', 'workers': w}) for w in (2, 1)]
     jobs += [(f'shards, {w} worker{"s" * (w > 1)}',
               {**base, 'phase': 'shards', 'workers': w}) for w in (1, 2)]
     if f'{size:g}' in args.beam_sizes.split(','):
@@ -188,6 +190,10 @@ def main(argv=None) -> None:
     for name, job in jobs:
       result = _run(job, args)
       rows.append((size, name, result))
+      models = {r['sha256'] for mb, _, r in rows
+                if mb == size and 'sha256' in r}
+      if len(models) > 1:
+        raise AssertionError('the tokenizer depends on the worker count')
       tokens = result.get('tokens')
       print(f'  {name:<38} {result["seconds"]:8.1f} s  '
             + (f'{tokens / result["seconds"] / 1e3:9,.0f}k tokens/s  '

@@ -329,3 +329,44 @@ def test_the_command_prepares_what_the_trainer_reuses(root, reference,
   monkeypatch.setattr(shards, 'write_shard', refuse)
   prepared = pretokenize.prepare(cfg.data)
   assert _files(prepared.directory) == _files(reference.directory)
+
+
+def _sample_corpus(directory, documents=10, sentences=10):
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'a.txt'), 'w') as f:
+    f.write('\n\n'.join('\n'.join(f'D{d} s{s}.' for s in range(sentences))
+                        for d in range(documents)) + '\n')
+  return corpus_lib.CorpusSpec(source='files', path=directory)
+
+
+def test_the_tokenizer_sample_is_uniform_and_in_corpus_order(tmp_path):
+  """Every sentence is in the sample with probability k / n: a chi-square
+  test of the inclusion counts over 2000 seeds (99 degrees of freedom,
+  p = 0.001 bound 148.2); a corpus of at most k sentences is all of it."""
+  spec = _sample_corpus(str(tmp_path))
+  everything = [s for d in corpus_lib.read_documents(spec) for s in d]
+  assert pretokenize.sample_corpus(spec, 100, 0) == everything
+  assert pretokenize.sample_corpus(spec, 500, 0) == everything
+  n, k, seeds = 100, 10, 2000
+  counts = collections.Counter()
+  for seed in range(seeds):
+    sample = pretokenize.sample_corpus(spec, k, seed, docs_per_shard=3)
+    assert len(set(sample)) == k
+    assert sample == [s for s in everything if s in sample]   # In order.
+    counts.update(sample)
+  expected = seeds * k / n
+  chi2 = sum((counts[s] - expected) ** 2 / expected for s in everything)
+  assert chi2 < 148.2, chi2
+  assert pretokenize.sample_corpus(spec, k, 7) != pretokenize.sample_corpus(
+      spec, k, 8)
+
+
+def test_the_tokenizer_sample_is_the_same_for_any_workers_and_shards(
+    tmp_path):
+  spec = _sample_corpus(str(tmp_path), documents=40, sentences=25)
+  one = pretokenize.sample_corpus(spec, 60, 3, workers=1, docs_per_shard=40)
+  assert len(one) == 60
+  assert pretokenize.sample_corpus(spec, 60, 3, workers=1,
+                                   docs_per_shard=1) == one
+  assert pretokenize.sample_corpus(spec, 60, 3, workers=2,
+                                   docs_per_shard=3) == one
