@@ -91,16 +91,9 @@ class DocumentIndex:
   def num_tokens(self) -> int:
     return int(self.sentence_lengths.sum())
 
-  def save(self, path: str) -> None:
-    """Into directory ``path``: a .npy file per array (renamed into place)."""
-    tmp = _tmp(path)
-    os.makedirs(tmp, exist_ok=True)
-    for name in ('sentence_lengths', 'document_offsets', 'unigram_counts'):
-      np.save(os.path.join(tmp, f'{name}.npy'), getattr(self, name))
-    _replace_directory(tmp, path)
-
   @classmethod
   def load(cls, path: str) -> 'DocumentIndex':
+    """From directory ``path``: a .npy file per array (``_merge_index``)."""
     return cls(*(np.load(os.path.join(path, f'{name}.npy')) for name in (
         'sentence_lengths', 'document_offsets', 'unigram_counts')))
 

@@ -171,7 +171,7 @@ def main(argv=None) -> None:
     corpus = os.path.join(args.work, f'corpus_{size:g}mb')
     start = time.perf_counter()
     synthetic_corpus.write(corpus, size)
-    print(f'\n{size:g} MB corpus in {corpus} '
+    print(f'\n{size:g} MB corpus in --work/{os.path.basename(corpus)} '
           f'({time.perf_counter() - start:.0f} s to write or find)')
     model = os.path.join(args.work, f'spm_{size:g}mb.model')
     base = {'corpus': corpus, 'model': model,
