@@ -32,8 +32,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from bertjax import config_lib
+from bertjax import objectives
 from data_pipelines import beam
 from data_pipelines import corpus
+from data_pipelines import mixture as mixture_lib
 from data_pipelines import pretokenize
 from data_pipelines import shards
 
@@ -99,29 +101,30 @@ class Progress:
     self._bar.close()
 
 
-def main(argv) -> None:
-  cfg = _CONFIG.value
-  if cfg is None:
-    raise app.UsageError('--config is required.')
-  beam_args = argv[1:]
-  if beam_args and _RUNNER.value != 'beam':
-    raise app.UsageError(f'unexpected arguments {beam_args}: Beam options '
-                         'go after -- with --runner=beam.')
-  config_lib.validate(cfg)
-  workers = _WORKERS.value or cfg.data.prepare_workers or os.cpu_count()
-  cfg.data.prepare_workers = workers   # The tokenizer's sample too.
-  start = time.perf_counter()
-  the_plan = pretokenize.plan(cfg.data)
-  print(f'tokenizer: {the_plan.tokenizer.vocab_size} pieces '
-        f'({time.perf_counter() - start:.1f} s)')
-  print(f'data: {the_plan.directory}')
-  if _VERIFY.value:
-    manifest = shards.read_manifest(the_plan.directory)
-    if manifest is None:
-      sys.exit(f'{the_plan.directory} is not a finished preparation.')
-    shards.check_shards(the_plan.directory, manifest, full=True)
-    print(f'{manifest["num_shards"]} shards: every file has its SHA-256.')
-    return
+def plans(cfg) -> list[pretokenize.Plan]:
+  """What the trainer would prepare for ``cfg``: its corpus, or each
+  component of its mixture (with the mixture's one tokenizer); the
+  tokenizer trained if needed."""
+  if not mixture_lib.is_mixture(cfg.data):
+    return [pretokenize.plan(cfg.data)]
+  fingerprints = mixture_lib.fingerprints(cfg.data)
+  tokenizer = mixture_lib.load_or_train_tokenizer(cfg.data, fingerprints)
+  return [pretokenize.plan(mixture_lib.component_config(cfg.data, name),
+                           tokenizer=tokenizer,
+                           corpus_fingerprint=fingerprints[name])
+          for name in mixture_lib.component_names(cfg.data)]
+
+
+def verify(the_plan: pretokenize.Plan) -> str:
+  manifest = shards.read_manifest(the_plan.directory)
+  if manifest is None:
+    sys.exit(f'{the_plan.directory} is not a finished preparation.')
+  shards.check_shards(the_plan.directory, manifest, full=True)
+  return f'{manifest["num_shards"]} shards: every file has its SHA-256.'
+
+
+def write(the_plan: pretokenize.Plan, workers: int, beam_args) -> str:
+  """Prepares ``the_plan`` (locally or with Beam); its summary."""
   start = time.perf_counter()
   if _RUNNER.value == 'beam':
     manifest = beam.run(the_plan, beam_args, workers)
@@ -133,8 +136,33 @@ def main(argv) -> None:
       manifest = pretokenize.write(the_plan, workers, progress)
     finally:
       progress.close()
-  seconds = time.perf_counter() - start
-  print(summary(manifest, seconds, progress))
+  return summary(manifest, time.perf_counter() - start, progress)
+
+
+def main(argv) -> None:
+  cfg = _CONFIG.value
+  if cfg is None:
+    raise app.UsageError('--config is required.')
+  beam_args = argv[1:]
+  if beam_args and _RUNNER.value != 'beam':
+    raise app.UsageError(f'unexpected arguments {beam_args}: Beam options '
+                         'go after -- with --runner=beam.')
+  # As the trainer sees it: e.g. a student reads its teacher's tokenizer.
+  cfg = objectives.get(cfg.objective.name).prepare_config(cfg)
+  config_lib.validate(cfg)
+  if mixture_lib.is_mixture(cfg.data):
+    mixture_lib.validate(cfg.data)
+  else:
+    corpus.validate(corpus.CorpusSpec.from_config(cfg.data.corpus))
+  workers = _WORKERS.value or cfg.data.prepare_workers or os.cpu_count()
+  cfg.data.prepare_workers = workers   # The tokenizer's sample too.
+  start = time.perf_counter()
+  for the_plan in plans(cfg):
+    print(f'tokenizer: {the_plan.tokenizer.vocab_size} pieces '
+          f'({time.perf_counter() - start:.1f} s)')
+    print(f'data: {the_plan.directory}')
+    print(verify(the_plan) if _VERIFY.value else
+          write(the_plan, workers, beam_args))
 
 
 def summary(manifest: dict, seconds: float, progress=None) -> str:
