@@ -38,6 +38,7 @@ from data_pipelines import corpus
 from data_pipelines import mixture as mixture_lib
 from data_pipelines import pretokenize
 from data_pipelines import shards
+from data_pipelines.prepare import progress as progress_lib
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file, e.g. '
@@ -52,53 +53,6 @@ _RUNNER = flags.DEFINE_enum(
 _VERIFY = flags.DEFINE_boolean(
     'verify', False, 'Check every shard of a finished preparation against '
     'its SHA-256 (reads them all), and write nothing.')
-
-
-# Typical size of text over its compressed size, for the progress bar's
-# estimate of a compressed corpus's text.
-_COMPRESSION_RATIOS = {'.gz': 3.0, '.bz2': 3.8, '.zst': 3.2, '.zstd': 3.2}
-
-
-def estimated_text_size(files) -> int:
-  """About the bytes of text of ``files`` (compressed ones estimated)."""
-  total = 0
-  for file in files:
-    ratio = next((r for ext, r in _COMPRESSION_RATIOS.items()
-                  if file.endswith(ext)), 1.0)
-    total += int(os.path.getsize(file) * ratio)
-  return total
-
-
-class Progress:
-  """A tqdm bar over the corpus's text (MB; an ETA where its size is
-  known), with documents and tokens/s; and the summary's figures."""
-
-  def __init__(self, total_bytes: int | None):
-    import tqdm  # pylint: disable=g-import-not-at-top
-    self._bar = tqdm.tqdm(total=total_bytes and total_bytes / 2**20,
-                          unit='MB', file=sys.stderr, dynamic_ncols=True,
-                          bar_format='{l_bar}{bar}| {n:,.0f}/{total:,.0f} '
-                          '{unit} [{elapsed}<{remaining}{postfix}]')
-    self.start = time.perf_counter()
-    self.tokens = self.documents = 0
-    self.written = self.reused = 0
-
-  def __call__(self, summary: dict, reused: bool) -> None:
-    if reused:
-      self.reused += 1
-    else:
-      self.written += 1
-      self.tokens += summary['train']['tokens'] + summary['eval']['tokens']
-    self.documents += summary['num_raw_documents']
-    seconds = time.perf_counter() - self.start
-    self._bar.set_postfix_str(
-        f'{self.documents:,} docs, '
-        f'{self.tokens / max(seconds, 1e-9) / 1e3:,.0f}k tokens/s',
-        refresh=False)
-    self._bar.update(summary['text_size'] / 2**20)
-
-  def close(self) -> None:
-    self._bar.close()
 
 
 def plans(cfg) -> list[pretokenize.Plan]:
@@ -130,8 +84,9 @@ def write(the_plan: pretokenize.Plan, workers: int, beam_args) -> str:
     manifest = beam.run(the_plan, beam_args, workers)
     progress = None
   else:
-    progress = Progress(estimated_text_size(corpus.files(the_plan.spec))
-                        if the_plan.spec.source == 'files' else None)
+    progress = progress_lib.Progress(
+        progress_lib.estimated_text_size(corpus.files(the_plan.spec))
+        if the_plan.spec.source == 'files' else None)
     try:
       manifest = pretokenize.write(the_plan, workers, progress)
     finally:

@@ -372,3 +372,19 @@ def test_the_tokenizer_sample_is_the_same_for_any_workers_and_shards(
                                    docs_per_shard=1) == one
   assert pretokenize.sample_corpus(spec, 60, 3, workers=2,
                                    docs_per_shard=3) == one
+
+
+@pytest.mark.parametrize('total', [None, 3 * 2**20])
+def test_the_progress_bar_with_and_without_a_known_size(capsys, total):
+  """A corpus of unknown size (embedded, TFDS) gets a bar with no ETA."""
+  from data_pipelines.prepare import progress as progress_lib  # pylint: disable=g-import-not-at-top
+  bar = progress_lib.Progress(total)
+  summary = {'num_raw_documents': 5, 'text_size': 2**20,
+             'train': {'tokens': 900}, 'eval': {'tokens': 100}}
+  bar(summary, False)
+  bar(summary, True)
+  bar.close()
+  err = capsys.readouterr().err
+  assert '10 docs' in err and 'tokens/s' in err
+  assert ('2/3 MB' in err) == (total is not None)
+  assert (bar.written, bar.reused, bar.tokens) == (1, 1, 1000)
