@@ -39,6 +39,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import socket
 from typing import Callable, Iterable, Iterator, Sequence
 
 from array_record.python import array_record_module
@@ -259,7 +260,9 @@ def serialize(record: dict[str, np.ndarray]) -> bytes:
 
 
 def _tmp(path: str) -> str:
-  return f'{path}.tmp-{os.getpid()}'
+  """A temporary name next to ``path``, of this process on this machine
+  (a Beam runner may run one shard's bundle twice, on two machines)."""
+  return f'{path}.tmp-{socket.gethostname()}-{os.getpid()}'
 
 
 def _sha256(path: str) -> str:
