@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import json
 import os
 from typing import Iterator, Sequence
@@ -58,11 +59,7 @@ def count_file(item: tuple[int, str], text_format: str
 def first_indices(counted: Sequence[tuple[int, int, dict]]) -> list[int]:
   """Per file, in order: the corpus index of its first raw document."""
   sizes = [n for _, n, _ in sorted(counted)]
-  out, total = [], 0
-  for n in sizes:
-    out.append(total)
-    total += n
-  return out
+  return list(itertools.accumulate(sizes, initial=0))[:-1]
 
 
 def keyed_documents(item: tuple[int, str], text_format: str,

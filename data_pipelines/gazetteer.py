@@ -31,8 +31,10 @@ class GazetteerError(ValueError):
 
 
 def file_sha256(path: str) -> str:
+  """The SHA-256 of a file (a gazetteer, a shard), read a block at a
+  time."""
   with open(path, 'rb') as f:
-    return hashlib.sha256(f.read()).hexdigest()
+    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 class Gazetteer:

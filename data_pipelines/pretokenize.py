@@ -305,11 +305,8 @@ def plan(data_cfg, num_threads: int = 0,
   if tokenizer is None:
     tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
   gazetteer_path = data_cfg.get('gazetteer_path') or None
-  gazetteer_sha = ''
-  if gazetteer_path:
-    # Loaded here to fail early; the writers load it again.
-    gazetteer_lib.Gazetteer.load(gazetteer_path, tokenizer)
-    gazetteer_sha = gazetteer_lib.file_sha256(gazetteer_path)
+  gazetteer_sha = (gazetteer_lib.file_sha256(gazetteer_path)
+                   if gazetteer_path else '')
   docs_per_shard = data_cfg.get('docs_per_shard', DEFAULT_DOCS_PER_SHARD)
   key = cache_key(FORMAT_VERSION, corpus_fp, tokenizer.sha256,
                   data_cfg.eval_fraction, data_cfg.split_seed, gazetteer_sha,
@@ -320,6 +317,10 @@ def plan(data_cfg, num_threads: int = 0,
       eval_fraction=data_cfg.eval_fraction, split_seed=data_cfg.split_seed,
       gazetteer_path=gazetteer_path,
       threads=num_threads or os.cpu_count() or 1)
+  if gazetteer_path:
+    # Loaded now, to fail before any shard is written; this process's
+    # writer finds it loaded (spawned ones load their own).
+    shards.load_tools(settings)
   return Plan(spec, tokenizer, directory, settings, docs_per_shard,
               data_cfg.eval_fraction)
 

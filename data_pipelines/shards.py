@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import glob
 import hashlib
@@ -94,7 +95,7 @@ class DocumentIndex:
 
   @classmethod
   def load(cls, path: str) -> 'DocumentIndex':
-    """From directory ``path``: a .npy file per array (``_merge_index``)."""
+    """From directory ``path``: a .npy file per array (``_merge_indices``)."""
     return cls(*(np.load(os.path.join(path, f'{name}.npy')) for name in (
         'sentence_lengths', 'document_offsets', 'unigram_counts')))
 
@@ -142,7 +143,9 @@ class Settings:
 _LOADED: dict = {}   # Per process: the tokenizer and gazetteer of Settings.
 
 
-def _load(settings: Settings):
+def load_tools(settings: Settings):
+  """(tokenizer, gazetteer or None) of ``settings``, loaded once per
+  process."""
   key = (hashlib.sha256(settings.tokenizer_proto).hexdigest(),
          settings.gazetteer_path)
   if key not in _LOADED:
@@ -265,20 +268,12 @@ def _tmp(path: str) -> str:
   return f'{path}.tmp-{socket.gethostname()}-{os.getpid()}'
 
 
-def _sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
-      h.update(block)
-  return h.hexdigest()
-
-
 def write_shard(settings: Settings, number: int, first_index: int,
                 raw_documents: Sequence[tuple]) -> dict:
   """Parses, tokenizes and writes shard ``number``: the raw documents of
   indices ``first_index, first_index + 1, ...``. Returns its summary
   (``load_summary``'s form), also written to ``summary_path``."""
-  tokenizer, gazetteer = _load(settings)
+  tokenizer, gazetteer = load_tools(settings)
   counts = collections.Counter()
   parsed = ((first_index + i, corpus_lib.parse_document(raw, counts))
             for i, raw in enumerate(raw_documents))
@@ -287,7 +282,6 @@ def write_shard(settings: Settings, number: int, first_index: int,
   writers = {s: array_record_module.ArrayRecordWriter(
       _tmp(paths[s]), ARRAY_RECORD_OPTIONS) for s in SPLITS}
   lengths = {s: [] for s in SPLITS}
-  indices = {s: [] for s in SPLITS}
   unigrams = {s: np.zeros(tokenizer.vocab_size, np.int64) for s in SPLITS}
   try:
     for index, record in tokenize_documents(
@@ -298,7 +292,6 @@ def write_shard(settings: Settings, number: int, first_index: int,
       split = 'eval' if in_eval else 'train'
       writers[split].write(serialize(record))
       lengths[split].append(record['sentence_lengths'])
-      indices[split].append(index)
       unigrams[split] += np.bincount(record['token_ids'],
                                      minlength=tokenizer.vocab_size)
   finally:
@@ -311,16 +304,15 @@ def write_shard(settings: Settings, number: int, first_index: int,
   arrays = {}
   for s in SPLITS:
     os.replace(_tmp(paths[s]), paths[s])
-    summary[s] = {'records': len(indices[s]),
+    summary[s] = {'records': len(lengths[s]),
                   'bytes': os.path.getsize(paths[s]),
-                  'sha256': _sha256(paths[s]),
+                  'sha256': gazetteer_lib.file_sha256(paths[s]),
                   'tokens': int(unigrams[s].sum()),
                   'sentences': int(sum(map(len, lengths[s])))}
     arrays[f'{s}_sentence_lengths'] = (np.concatenate(lengths[s]).astype(
         np.int32) if lengths[s] else np.zeros(0, np.int32))
     arrays[f'{s}_document_sentences'] = np.array(
         [len(x) for x in lengths[s]], np.int32)
-    arrays[f'{s}_document_indices'] = np.array(indices[s], np.int64)
     arrays[f'{s}_unigram_counts'] = unigrams[s]
   path = summary_path(settings.directory, number)
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -330,15 +322,12 @@ def write_shard(settings: Settings, number: int, first_index: int,
   return summary
 
 
-def load_summary(directory: str, number: int, arrays: bool = False):
-  """Shard ``number``'s summary (dict), or None if the shard is not whole:
-  no summary, or a record file whose size is not the summary's. With
-  ``arrays``, (summary, its arrays)."""
-  path = summary_path(directory, number)
+def load_summary(directory: str, number: int) -> dict | None:
+  """Shard ``number``'s summary, or None if the shard is not whole: no
+  summary, or a record file whose size is not the summary's."""
   try:
-    with np.load(path) as z:
+    with np.load(summary_path(directory, number)) as z:
       summary = json.loads(str(z['summary']))
-      data = {k: z[k] for k in z.files if k != 'summary'} if arrays else None
   except (OSError, ValueError, KeyError, EOFError):
     return None
   for s in SPLITS:
@@ -348,7 +337,7 @@ def load_summary(directory: str, number: int, arrays: bool = False):
         return None
     except OSError:
       return None
-  return (summary, data) if arrays else summary
+  return summary
 
 
 def chunks(raw_documents: Iterable[tuple], docs_per_shard: int
@@ -483,7 +472,7 @@ def check_shards(directory: str, manifest: dict, full: bool = False
       elif os.path.getsize(path) != expected['bytes']:
         problem = (f'has {os.path.getsize(path)} bytes, not the '
                    f'{expected["bytes"]} it was written with (truncated?)')
-      elif full and _sha256(path) != expected['sha256']:
+      elif full and gazetteer_lib.file_sha256(path) != expected['sha256']:
         problem = 'does not have the SHA-256 it was written with (corrupt)'
       if problem:
         raise ShardError(
@@ -526,8 +515,7 @@ def finish(directory: str, num_shards: int, skipped: dict[str, int],
          if k not in ('format_version', 'docs_per_shard')},
   }
   check(manifest)
-  for s in SPLITS:
-    _merge_index(directory, summaries, s, metadata['vocab_size'])
+  _merge_indices(directory, summaries, metadata['vocab_size'])
   _write_dataset_info(directory, manifest)
   path = os.path.join(directory, MANIFEST)
   with open(_tmp(path), 'w') as f:
@@ -546,32 +534,37 @@ def _npy_writer(path: str, dtype, length: int):
   return f
 
 
-def _merge_index(directory: str, summaries: list[dict], split: str,
-                 vocab_size: int) -> None:
-  """Writes ``index-<split>`` from the shards' summaries, a shard at a time
-  appended to the files: memory holds one shard's, not the corpus's."""
-  path = os.path.join(directory, f'index-{split}')
-  tmp = _tmp(path)
-  os.makedirs(tmp, exist_ok=True)
-  num_sentences = sum(x[split]['sentences'] for x in summaries)
-  num_documents = sum(x[split]['records'] for x in summaries)
-  unigrams = np.zeros(vocab_size, np.int64)
-  with _npy_writer(os.path.join(tmp, 'sentence_lengths.npy'), np.int32,
-                   num_sentences) as lengths, _npy_writer(
-                       os.path.join(tmp, 'document_offsets.npy'), np.int64,
-                       num_documents + 1) as offsets:
-    offsets.write(np.zeros(1, np.int64).tobytes())
-    sentence = 0
+def _merge_indices(directory: str, summaries: list[dict],
+                   vocab_size: int) -> None:
+  """Writes ``index-<split>`` of both splits from the shards' summaries,
+  in one pass: a shard at a time is appended to the files, so memory
+  holds one shard's summary, not the corpus's index."""
+  final = {s: os.path.join(directory, f'index-{s}') for s in SPLITS}
+  unigrams = {s: np.zeros(vocab_size, np.int64) for s in SPLITS}
+  sentence = dict.fromkeys(SPLITS, 0)
+  with contextlib.ExitStack() as stack:
+    lengths, offsets = {}, {}
+    for s in SPLITS:
+      os.makedirs(_tmp(final[s]), exist_ok=True)
+      lengths[s] = stack.enter_context(_npy_writer(
+          os.path.join(_tmp(final[s]), 'sentence_lengths.npy'), np.int32,
+          sum(x[s]['sentences'] for x in summaries)))
+      offsets[s] = stack.enter_context(_npy_writer(
+          os.path.join(_tmp(final[s]), 'document_offsets.npy'), np.int64,
+          sum(x[s]['records'] for x in summaries) + 1))
+      offsets[s].write(np.zeros(1, np.int64).tobytes())
     for summary in summaries:
-      _, arrays = load_summary(directory, summary['number'], arrays=True)
-      lengths.write(arrays[f'{split}_sentence_lengths'].astype(
-          np.int32).tobytes())
-      offsets.write((sentence + np.cumsum(
-          arrays[f'{split}_document_sentences'], dtype=np.int64)).tobytes())
-      sentence += len(arrays[f'{split}_sentence_lengths'])
-      unigrams += arrays[f'{split}_unigram_counts']
-  np.save(os.path.join(tmp, 'unigram_counts.npy'), unigrams)
-  _replace_directory(tmp, path)
+      with np.load(summary_path(directory, summary['number'])) as arrays:
+        for s in SPLITS:
+          x = arrays[f'{s}_sentence_lengths']
+          lengths[s].write(x.astype(np.int32).tobytes())
+          offsets[s].write((sentence[s] + np.cumsum(
+              arrays[f'{s}_document_sentences'], dtype=np.int64)).tobytes())
+          sentence[s] += len(x)
+          unigrams[s] += arrays[f'{s}_unigram_counts']
+  for s in SPLITS:
+    np.save(os.path.join(_tmp(final[s]), 'unigram_counts.npy'), unigrams[s])
+    _replace_directory(_tmp(final[s]), final[s])
 
 
 def _write_dataset_info(directory: str, manifest: dict) -> None:
