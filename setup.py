@@ -48,15 +48,19 @@ setuptools.setup(
         'tqdm>=4.66,<5',
         # zstd-compressed corpus files, read as streams (data_pipelines/corpus.py).
         'zstandard>=0.22,<1',
+        # gs:// paths (bertjax/storage.py): fsspec's Cloud Storage client.
+        'gcsfs>=2024.6,<2027',
     ],
     extras_require={
         # torch: transformers runs the exported models in the tests; the
         # upper bound admits the CPU build that 2.13.0 ships as.
         # pytest-xdist: the suite runs on two workers (README's command).
+        # gcp-storage-emulator: the Cloud Storage API the gs:// tests use.
         'test': ['pytest>=8,<10', 'pytest-xdist>=3.6,<4',
                  'hypothesis>=6.100,<7', 'scipy>=1.11,<2',
                  'matplotlib>=3.9,<4', 'torch>=2.6,<=2.13.0',
-                 'transformers>=5,<6', *_BEAM],
+                 'transformers>=5,<6', 'gcp-storage-emulator>=2024.8,<2027',
+                 *_BEAM],
         # Preparing a corpus as an Apache Beam pipeline
         # (data_pipelines/beam.py; python -m data_pipelines.prepare
         # --runner=beam).

@@ -26,6 +26,7 @@ import json
 import os
 from typing import Iterator, Sequence
 
+from bertjax import storage
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import pretokenize
 from data_pipelines import shards
@@ -86,7 +87,7 @@ def write_group(item: tuple[int, Iterator], settings: shards.Settings,
                                               first + len(documents))):
       raise AssertionError(f'shard {number} got documents '
                            f'{[i for i, _ in documents][:5]}...')
-    os.makedirs(os.path.join(settings.directory, 'shards'), exist_ok=True)
+    storage.makedirs(os.path.join(settings.directory, 'shards'))
     shards.write_shard(settings, number, first, [r for _, r in documents])
   return number
 
@@ -96,9 +97,9 @@ def write_raw_counts(counted: Sequence[tuple[int, int, dict]],
   total = collections.Counter()
   for _, _, counts in counted:
     total.update(counts)
-  with open(os.path.join(directory, RAW_COUNTS), 'w') as f:
-    json.dump({'documents': sum(n for _, n, _ in counted),
-               'skipped': dict(total)}, f, sort_keys=True)
+  storage.write_text(os.path.join(directory, RAW_COUNTS), json.dumps(
+      {'documents': sum(n for _, n, _ in counted), 'skipped': dict(total)},
+      sort_keys=True))
 
 
 def build(pipeline, files: Sequence[str], text_format: str,
@@ -143,7 +144,7 @@ def run(the_plan: pretokenize.Plan, beam_args: Sequence[str] = (),
     manifest = shards.read_manifest(directory)
     if manifest is not None:
       return manifest
-    os.makedirs(os.path.join(directory, 'shards'), exist_ok=True)
+    storage.makedirs(os.path.join(directory, 'shards'))
     shards.remove_partial_files(directory)
     settings = dataclasses.replace(the_plan.settings, threads=1)
     with beam.Pipeline(options=pipeline_options.PipelineOptions(
@@ -151,10 +152,9 @@ def run(the_plan: pretokenize.Plan, beam_args: Sequence[str] = (),
       build(pipeline, files, the_plan.spec.text_format, settings,
             the_plan.docs_per_shard)
     path = os.path.join(directory, RAW_COUNTS)
-    with open(path) as f:
-      raw = json.load(f)
+    raw = json.loads(storage.read_text(path))
     num_shards = -(-raw['documents'] // the_plan.docs_per_shard)
     manifest = shards.finish(directory, num_shards, raw['skipped'],
                              the_plan.metadata(), the_plan.check)
-    os.remove(path)
+    storage.remove(path)
     return manifest

@@ -29,7 +29,6 @@ import bisect
 import bz2
 import collections
 import dataclasses
-import glob
 import gzip
 import hashlib
 import inspect
@@ -44,6 +43,8 @@ from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 import zstandard
+
+from bertjax import storage
 
 SOURCES = ('embedded', 'files', 'tfds')
 TEXT_FORMATS = ('sentence_per_line', 'paragraphs', 'jsonl')
@@ -275,14 +276,14 @@ def _paragraphs_to_document(paragraphs: Sequence[str],
 # (a) Text files.
 
 
-def _expand_files(path: str) -> list[str]:
-  if os.path.isdir(path):
-    files = [os.path.join(root, name)
-             for root, _, names in os.walk(path) for name in names
-             if not name.startswith('.')]
-  else:
-    files = glob.glob(path, recursive=True)
-  return sorted(f for f in files if os.path.isfile(f))
+def _expand_files(path: str) -> dict[str, storage.Stat]:
+  """{file: its ``storage.Stat``} of a directory (recursively; hidden
+  files skipped), a file or a glob, local or in a bucket, sorted."""
+  found = storage.find(path)
+  if storage.isdir(path):
+    found = {f: v for f, v in found.items()
+             if not os.path.basename(f).startswith('.')}
+  return found
 
 
 def _decode_utf8(data: bytes, counts: collections.Counter | None = None
@@ -307,13 +308,18 @@ def _decode_utf8(data: bytes, counts: collections.Counter | None = None
   return data.decode('utf-8', errors='replace')
 
 
-# File name endings read through a decompressor.
-COMPRESSED = ('.gz', '.bz2', '.zst', '.zstd')
+# File name endings read through a decompressor, and fsspec's names of
+# the decompressors (for files in a bucket).
+_CODECS = {'.gz': 'gzip', '.bz2': 'bz2', '.zst': 'zstd', '.zstd': 'zstd'}
+COMPRESSED = tuple(_CODECS)
 
 
 def open_binary(file: str) -> BinaryIO:
-  """``file`` for reading bytes, decompressed as a stream if its name ends
-  in one of ``COMPRESSED``."""
+  """``file`` (local or in a bucket) for reading bytes, decompressed as a
+  stream if its name ends in one of ``COMPRESSED``."""
+  if storage.is_remote(file):
+    return storage.open(file, 'rb', compression=_CODECS.get(
+        os.path.splitext(file)[1]))
   if file.endswith('.gz'):
     return gzip.open(file, 'rb')
   if file.endswith('.bz2'):
@@ -723,7 +729,7 @@ def _raw_file_documents(spec: CorpusSpec, counts: collections.Counter
 
 def files(spec: CorpusSpec) -> list[str]:
   """The files of a 'files' corpus, in reading order."""
-  return _expand_files(spec.path)
+  return list(_expand_files(spec.path))
 
 
 def file_raw_documents(text_format: str, file: str,
@@ -758,7 +764,7 @@ def raw_size(raw: tuple) -> int:
   if kind in ('lines', 'parsed'):
     return sum(map(len, raw[1])) + len(raw[1])
   if kind == 'file':
-    return os.path.getsize(raw[1])
+    return storage.getsize(raw[1])
   return len(raw[1])
 
 
@@ -820,7 +826,7 @@ def validate(spec: CorpusSpec) -> None:
     if not spec.path:
       raise CorpusError('corpus.source="files" needs corpus.path: a directory,'
                         ' a file or a glob of text files.')
-    files = _expand_files(spec.path)
+    files = list(_expand_files(spec.path))
     if not files:
       raise CorpusError(f'corpus.path={spec.path!r} matches no files. Check '
                         'the path, or quote the glob so the shell leaves it.')
@@ -883,9 +889,9 @@ def fingerprint(spec: CorpusSpec) -> str:
   """
   h = hashlib.sha256(repr(dataclasses.astuple(spec)).encode())
   if spec.source == 'files':
-    for f in _expand_files(spec.path):
-      st = os.stat(f)
-      h.update(f'{os.path.abspath(f)}:{st.st_size}:{st.st_mtime_ns}'.encode())
+    for f, stat in _expand_files(spec.path).items():
+      name = f if storage.is_remote(f) else os.path.abspath(f)
+      h.update(f'{name}:{stat.version}'.encode())
   elif spec.source == 'embedded':
     import sys  # pylint: disable=g-import-not-at-top
     h.update(sys.version.encode())

@@ -16,10 +16,11 @@ tokens). Matching runs once per corpus, in the pre-tokenization pass.
 from __future__ import annotations
 
 import collections
-import hashlib
+import io
 
 import numpy as np
 
+from bertjax import storage
 from data_pipelines import tokenizer as tokenizer_lib
 
 OUTSIDE, ENTITY_BEGIN, ENTITY_INSIDE, PHRASE_BEGIN, PHRASE_INSIDE = range(5)
@@ -28,13 +29,6 @@ KINDS = {'entity': ENTITY_BEGIN, 'phrase': PHRASE_BEGIN}
 
 class GazetteerError(ValueError):
   """The gazetteer file cannot be used; the message says why."""
-
-
-def file_sha256(path: str) -> str:
-  """The SHA-256 of a file (a gazetteer, a shard), read a block at a
-  time."""
-  with open(path, 'rb') as f:
-    return hashlib.file_digest(f, 'sha256').hexdigest()
 
 
 class Gazetteer:
@@ -57,8 +51,9 @@ class Gazetteer:
            ) -> 'Gazetteer':
     entries = []
     try:
-      with open(path, encoding='utf-8', errors='replace') as f:
-        for number, line in enumerate(f, 1):
+      with storage.open(path, 'rb') as f:
+        lines = io.TextIOWrapper(f, encoding='utf-8', errors='replace')
+        for number, line in enumerate(lines, 1):
           line = line.strip()
           if not line:
             continue

@@ -37,15 +37,15 @@ import hashlib
 import heapq
 import json
 import os
-from typing import Callable, Iterable
+from typing import Callable
 
 from absl import logging
 import numpy as np
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from bertjax import storage
 from data_pipelines import corpus as corpus_lib
-from data_pipelines import gazetteer as gazetteer_lib
 from data_pipelines import shards
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -166,14 +166,14 @@ def cached_tokenizer(data_cfg, text_key: tuple,
                   tok_cfg.max_sentences, tokenizer_lib.TRAINING_THREADS,
                   method, seed)
   path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
-  if os.path.exists(path):
+  if storage.exists(path):
     return tokenizer_lib.Tokenizer.load(path)
   logging.info('Training a %s SentencePiece model of %d pieces -> %s',
                tok_cfg.model_type, tok_cfg.vocab_size, path)
   tokenizer = tokenizer_lib.train(
       sample_fn(tok_cfg.max_sentences, seed), tok_cfg.vocab_size,
       tok_cfg.model_type, max_sentences=tok_cfg.max_sentences)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
+  storage.makedirs(os.path.dirname(path))
   tokenizer.save(path)
   return tokenizer
 
@@ -248,9 +248,18 @@ def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
 
 @contextlib.contextmanager
 def locked(directory: str):
-  """Holds an exclusive lock on ``directory`` (a file next to it): two
-  processes preparing the same data take turns, and the second reuses
-  what the first wrote."""
+  """Holds an exclusive lock on local ``directory`` (a file next to it):
+  two processes preparing the same data take turns, and the second reuses
+  what the first wrote.
+
+  A bucket has no locks, and needs none: every file is written in one
+  upload under its final name, and two preparations of one key write the
+  same bytes, so the second's uploads replace the first's with equal
+  objects (at worst repeating its work).
+  """
+  if storage.is_remote(directory):
+    yield
+    return
   os.makedirs(os.path.dirname(directory), exist_ok=True)
   with open(f'{directory}.lock', 'a+') as f:
     try:
@@ -305,7 +314,7 @@ def plan(data_cfg, num_threads: int = 0,
   if tokenizer is None:
     tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
   gazetteer_path = data_cfg.get('gazetteer_path') or None
-  gazetteer_sha = (gazetteer_lib.file_sha256(gazetteer_path)
+  gazetteer_sha = (storage.sha256(gazetteer_path)
                    if gazetteer_path else '')
   docs_per_shard = data_cfg.get('docs_per_shard', DEFAULT_DOCS_PER_SHARD)
   key = cache_key(FORMAT_VERSION, corpus_fp, tokenizer.sha256,

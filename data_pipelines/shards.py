@@ -36,16 +36,16 @@ import dataclasses
 import glob
 import hashlib
 import heapq
+import io
 import json
 import multiprocessing
 import os
-import shutil
-import socket
 from typing import Callable, Iterable, Iterator, Sequence
 
 from array_record.python import array_record_module
 import numpy as np
 
+from bertjax import storage
 from data_pipelines import annotations
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import counter_rng
@@ -96,16 +96,13 @@ class DocumentIndex:
   @classmethod
   def load(cls, path: str) -> 'DocumentIndex':
     """From directory ``path``: a .npy file per array (``_merge_indices``)."""
-    return cls(*(np.load(os.path.join(path, f'{name}.npy')) for name in (
+    return cls(*(_load_npy(os.path.join(path, f'{name}.npy')) for name in (
         'sentence_lengths', 'document_offsets', 'unigram_counts')))
 
 
-def _replace_directory(tmp: str, path: str) -> None:
-  if os.path.isdir(path):
-    for name in os.listdir(path):
-      os.remove(os.path.join(path, name))
-    os.rmdir(path)
-  os.rename(tmp, path)
+def _load_npy(path: str) -> np.ndarray:
+  with storage.open(path, 'rb') as f:
+    return np.load(f)
 
 
 class ShardError(ValueError):
@@ -262,63 +259,61 @@ def serialize(record: dict[str, np.ndarray]) -> bytes:
   return _field(1, b''.join(entries))
 
 
-def _tmp(path: str) -> str:
-  """A temporary name next to ``path``, of this process on this machine
-  (a Beam runner may run one shard's bundle twice, on two machines)."""
-  return f'{path}.tmp-{socket.gethostname()}-{os.getpid()}'
-
-
 def write_shard(settings: Settings, number: int, first_index: int,
                 raw_documents: Sequence[tuple]) -> dict:
   """Parses, tokenizes and writes shard ``number``: the raw documents of
   indices ``first_index, first_index + 1, ...``. Returns its summary
-  (``load_summary``'s form), also written to ``summary_path``."""
+  (``load_summary``'s form), also written to ``summary_path``, after the
+  record files: a shard whose summary exists is whole."""
   tokenizer, gazetteer = load_tools(settings)
   counts = collections.Counter()
   parsed = ((first_index + i, corpus_lib.parse_document(raw, counts))
             for i, raw in enumerate(raw_documents))
   documents = ((i, doc) for i, doc in parsed if doc is not None)
-  paths = {s: shard_path(settings.directory, s, number) for s in SPLITS}
-  writers = {s: array_record_module.ArrayRecordWriter(
-      _tmp(paths[s]), ARRAY_RECORD_OPTIONS) for s in SPLITS}
   lengths = {s: [] for s in SPLITS}
   unigrams = {s: np.zeros(tokenizer.vocab_size, np.int64) for s in SPLITS}
-  try:
-    for index, record in tokenize_documents(
-        documents, tokenizer, settings.threads, gazetteer, counts):
-      in_eval = counter_rng.uniform(
-          settings.split_seed, counter_rng.Stream.EVAL_SPLIT,
-          index) < settings.eval_fraction
-      split = 'eval' if in_eval else 'train'
-      writers[split].write(serialize(record))
-      lengths[split].append(record['sentence_lengths'])
-      unigrams[split] += np.bincount(record['token_ids'],
-                                     minlength=tokenizer.vocab_size)
-  finally:
-    for writer in writers.values():
-      writer.close()
   summary = {'number': number, 'first_index': first_index,
              'num_raw_documents': len(raw_documents),
-             'text_size': sum(map(corpus_lib.raw_size, raw_documents)),
-             'skipped': {k: int(counts[k]) for k in corpus_lib.SKIP_COUNTERS}}
+             'text_size': sum(map(corpus_lib.raw_size, raw_documents))}
+  with contextlib.ExitStack() as stack:
+    # Written locally (ArrayRecord writes only local files), then renamed
+    # or uploaded whole when the stack closes.
+    local = {s: stack.enter_context(storage.staged(
+        shard_path(settings.directory, s, number))) for s in SPLITS}
+    writers = {s: array_record_module.ArrayRecordWriter(
+        local[s], ARRAY_RECORD_OPTIONS) for s in SPLITS}
+    try:
+      for index, record in tokenize_documents(
+          documents, tokenizer, settings.threads, gazetteer, counts):
+        in_eval = counter_rng.uniform(
+            settings.split_seed, counter_rng.Stream.EVAL_SPLIT,
+            index) < settings.eval_fraction
+        split = 'eval' if in_eval else 'train'
+        writers[split].write(serialize(record))
+        lengths[split].append(record['sentence_lengths'])
+        unigrams[split] += np.bincount(record['token_ids'],
+                                       minlength=tokenizer.vocab_size)
+    finally:
+      for writer in writers.values():
+        writer.close()
+    for s in SPLITS:
+      summary[s] = {'records': len(lengths[s]),
+                    'bytes': os.path.getsize(local[s]),
+                    'sha256': storage.sha256(local[s]),
+                    'tokens': int(unigrams[s].sum()),
+                    'sentences': int(sum(map(len, lengths[s])))}
+  summary['skipped'] = {k: int(counts[k]) for k in corpus_lib.SKIP_COUNTERS}
   arrays = {}
   for s in SPLITS:
-    os.replace(_tmp(paths[s]), paths[s])
-    summary[s] = {'records': len(lengths[s]),
-                  'bytes': os.path.getsize(paths[s]),
-                  'sha256': gazetteer_lib.file_sha256(paths[s]),
-                  'tokens': int(unigrams[s].sum()),
-                  'sentences': int(sum(map(len, lengths[s])))}
     arrays[f'{s}_sentence_lengths'] = (np.concatenate(lengths[s]).astype(
         np.int32) if lengths[s] else np.zeros(0, np.int32))
     arrays[f'{s}_document_sentences'] = np.array(
         [len(x) for x in lengths[s]], np.int32)
     arrays[f'{s}_unigram_counts'] = unigrams[s]
-  path = summary_path(settings.directory, number)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(_tmp(path), 'wb') as f:
-    np.savez_compressed(f, summary=np.array(json.dumps(summary)), **arrays)
-  os.replace(_tmp(path), path)
+  buffer = io.BytesIO()
+  np.savez_compressed(buffer, summary=np.array(json.dumps(summary)), **arrays)
+  storage.write_bytes(summary_path(settings.directory, number),
+                      buffer.getvalue())
   return summary
 
 
@@ -326,13 +321,14 @@ def load_summary(directory: str, number: int) -> dict | None:
   """Shard ``number``'s summary, or None if the shard is not whole: no
   summary, or a record file whose size is not the summary's."""
   try:
-    with np.load(summary_path(directory, number)) as z:
+    with storage.open(summary_path(directory, number), 'rb') as f, (
+        np.load(f)) as z:
       summary = json.loads(str(z['summary']))
   except (OSError, ValueError, KeyError, EOFError):
     return None
   for s in SPLITS:
     try:
-      if os.path.getsize(shard_path(directory, s, number)) != summary[s][
+      if storage.getsize(shard_path(directory, s, number)) != summary[s][
           'bytes']:
         return None
     except OSError:
@@ -354,13 +350,14 @@ def chunks(raw_documents: Iterable[tuple], docs_per_shard: int
 
 
 def remove_partial_files(directory: str) -> None:
-  """Removes what killed writers left: temporary files, never renamed."""
+  """Removes what killed writers left in a local directory: temporary
+  files, never renamed. (A bucket has none: files are staged locally.)"""
+  if storage.is_remote(directory):
+    return
   for path in glob.glob(os.path.join(directory, '*.tmp-*')) + glob.glob(
-      os.path.join(directory, 'shards', '*.tmp-*')):
-    if os.path.isdir(path):   # An index being merged.
-      shutil.rmtree(path)
-    else:
-      os.remove(path)
+      os.path.join(directory, 'shards', '*.tmp-*')) + glob.glob(
+          os.path.join(directory, 'index-*', '*.tmp-*')):
+    os.remove(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,7 +406,7 @@ def write_local(raw_documents: Iterable[tuple], settings: Settings,
   ``progress(summary, reused)`` is called for each shard, in order.
   """
   progress = progress or (lambda summary, reused: None)
-  os.makedirs(os.path.join(settings.directory, 'shards'), exist_ok=True)
+  storage.makedirs(os.path.join(settings.directory, 'shards'))
   remove_partial_files(settings.directory)
   reused = collections.deque()
 
@@ -462,17 +459,18 @@ def check_shards(directory: str, manifest: dict, full: bool = False
   """Raises ShardError naming the first shard file that is missing, of
   the wrong size or (with ``full``, which reads every file) of the wrong
   SHA-256, and saying how to rewrite it."""
+  sizes = {path: stat.size for path, stat in storage.find(directory).items()}
   for number in range(manifest['num_shards']):
     for s in SPLITS:
       path = shard_path(directory, s, number)
       expected = manifest['splits'][s]['shards'][number]
       problem = None
-      if not os.path.exists(path):
+      if path not in sizes:
         problem = 'is missing'
-      elif os.path.getsize(path) != expected['bytes']:
-        problem = (f'has {os.path.getsize(path)} bytes, not the '
+      elif sizes[path] != expected['bytes']:
+        problem = (f'has {sizes[path]} bytes, not the '
                    f'{expected["bytes"]} it was written with (truncated?)')
-      elif full and gazetteer_lib.file_sha256(path) != expected['sha256']:
+      elif full and storage.sha256(path) != expected['sha256']:
         problem = 'does not have the SHA-256 it was written with (corrupt)'
       if problem:
         raise ShardError(
@@ -517,10 +515,8 @@ def finish(directory: str, num_shards: int, skipped: dict[str, int],
   check(manifest)
   _merge_indices(directory, summaries, metadata['vocab_size'])
   _write_dataset_info(directory, manifest)
-  path = os.path.join(directory, MANIFEST)
-  with open(_tmp(path), 'w') as f:
-    json.dump(manifest, f, indent=1, sort_keys=True)
-  os.replace(_tmp(path), path)
+  storage.write_text(os.path.join(directory, MANIFEST),
+                     json.dumps(manifest, indent=1, sort_keys=True))
   return manifest
 
 
@@ -538,23 +534,27 @@ def _merge_indices(directory: str, summaries: list[dict],
                    vocab_size: int) -> None:
   """Writes ``index-<split>`` of both splits from the shards' summaries,
   in one pass: a shard at a time is appended to the files, so memory
-  holds one shard's summary, not the corpus's index."""
+  holds one shard's summary, not the corpus's index. Each file is staged
+  and appears whole; the manifest, written after them, seals the set."""
   final = {s: os.path.join(directory, f'index-{s}') for s in SPLITS}
   unigrams = {s: np.zeros(vocab_size, np.int64) for s in SPLITS}
   sentence = dict.fromkeys(SPLITS, 0)
   with contextlib.ExitStack() as stack:
     lengths, offsets = {}, {}
     for s in SPLITS:
-      os.makedirs(_tmp(final[s]), exist_ok=True)
+      storage.makedirs(final[s])
       lengths[s] = stack.enter_context(_npy_writer(
-          os.path.join(_tmp(final[s]), 'sentence_lengths.npy'), np.int32,
+          stack.enter_context(storage.staged(
+              os.path.join(final[s], 'sentence_lengths.npy'))), np.int32,
           sum(x[s]['sentences'] for x in summaries)))
       offsets[s] = stack.enter_context(_npy_writer(
-          os.path.join(_tmp(final[s]), 'document_offsets.npy'), np.int64,
+          stack.enter_context(storage.staged(
+              os.path.join(final[s], 'document_offsets.npy'))), np.int64,
           sum(x[s]['records'] for x in summaries) + 1))
       offsets[s].write(np.zeros(1, np.int64).tobytes())
     for summary in summaries:
-      with np.load(summary_path(directory, summary['number'])) as arrays:
+      with storage.open(summary_path(directory, summary['number']),
+                        'rb') as f, np.load(f) as arrays:
         for s in SPLITS:
           x = arrays[f'{s}_sentence_lengths']
           lengths[s].write(x.astype(np.int32).tobytes())
@@ -563,8 +563,10 @@ def _merge_indices(directory: str, summaries: list[dict],
           sentence[s] += len(x)
           unigrams[s] += arrays[f'{s}_unigram_counts']
   for s in SPLITS:
-    np.save(os.path.join(_tmp(final[s]), 'unigram_counts.npy'), unigrams[s])
-    _replace_directory(_tmp(final[s]), final[s])
+    buffer = io.BytesIO()
+    np.save(buffer, unigrams[s])
+    storage.write_bytes(os.path.join(final[s], 'unigram_counts.npy'),
+                        buffer.getvalue())
 
 
 def _write_dataset_info(directory: str, manifest: dict) -> None:
@@ -594,7 +596,6 @@ def _write_dataset_info(directory: str, manifest: dict) -> None:
 
 def read_manifest(directory: str) -> dict | None:
   try:
-    with open(os.path.join(directory, MANIFEST)) as f:
-      return json.load(f)
+    return json.loads(storage.read_text(os.path.join(directory, MANIFEST)))
   except FileNotFoundError:
     return None

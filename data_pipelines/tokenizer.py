@@ -12,12 +12,13 @@ import hashlib
 import io
 import itertools
 import math
-import os
 import sys
 from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+
+from bertjax import storage
 
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
 SPECIAL_PIECES = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
@@ -65,16 +66,14 @@ class Tokenizer:
 
   @classmethod
   def load(cls, path: str) -> 'Tokenizer':
-    if not os.path.isfile(path):
+    """From a model file, local or in a bucket."""
+    if not storage.isfile(path):
       raise TokenizerError(f'tokenizer model {path!r} does not exist.')
-    with open(path, 'rb') as f:
-      return cls(f.read())
+    return cls(storage.read_bytes(path))
 
   def save(self, path: str) -> None:
-    tmp = f'{path}.tmp{os.getpid()}'
-    with open(tmp, 'wb') as f:
-      f.write(self.model_proto)
-    os.replace(tmp, path)  # Atomic: a crash never leaves half a model.
+    # Atomic: a crash never leaves half a model.
+    storage.write_bytes(path, self.model_proto)
 
   @property
   def sha256(self) -> str:

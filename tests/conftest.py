@@ -1,6 +1,10 @@
 """Suite-wide fixtures."""
 
 import os
+import socket
+import subprocess
+import sys
+import time
 
 import jax
 import pytest
@@ -52,3 +56,48 @@ def pytest_collection_modifyitems(items):
   order = {id(item): i for i, item in enumerate(items)}
   items.sort(key=lambda item: (item.module.__name__ not in heavy,
                                order[id(item)]))
+
+
+# The clients' documented settings that point them at a Cloud Storage
+# emulator: gcsfs (and so fsspec and etils.epath), ArrayRecord's GCS
+# client, and TensorStore (orbax's checkpoints).
+_EMULATOR_SETTINGS = ('STORAGE_EMULATOR_HOST', 'CLOUD_STORAGE_EMULATOR_ENDPOINT',
+                      'TENSORSTORE_GCS_HTTP_URL')
+TEST_BUCKET = 'bertjax-test'
+
+
+@pytest.fixture(scope='session')
+def gcs_bucket():
+  """``gs://bertjax-test``: a bucket in a Cloud Storage API served on
+  localhost (gcp-storage-emulator, in memory), with every client of this
+  process and the processes it starts pointed at it. Yields the URL."""
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+  server = subprocess.Popen(  # pylint: disable=consider-using-with
+      [sys.executable, '-m', 'gcp_storage_emulator', 'start', '--port',
+       str(port), '--in-memory', '--default-bucket', TEST_BUCKET, '-q'])
+  deadline = time.monotonic() + 30
+  while True:
+    try:
+      socket.create_connection(('127.0.0.1', port), timeout=1).close()
+      break
+    except OSError:
+      if time.monotonic() > deadline or server.poll() is not None:
+        server.kill()
+        raise RuntimeError('the Cloud Storage emulator did not start')
+      time.sleep(0.1)
+  saved = {k: os.environ.get(k) for k in (
+      *_EMULATOR_SETTINGS, 'GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT')}
+  for name in _EMULATOR_SETTINGS:
+    os.environ[name] = f'http://127.0.0.1:{port}'
+  # gcsfs's bucket-type probe needs a control-plane API the emulator lacks.
+  os.environ['GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT'] = 'false'
+  yield f'gs://{TEST_BUCKET}'
+  server.kill()
+  server.wait()
+  for name, value in saved.items():
+    if value is None:
+      os.environ.pop(name, None)
+    else:
+      os.environ[name] = value

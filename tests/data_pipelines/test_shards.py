@@ -6,6 +6,8 @@ shards of 4 documents: 12 shards, the last one short.
 """
 
 import collections
+import gzip
+import json
 import os
 import shutil
 import signal
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 from bertjax import config_lib
+from bertjax import storage
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import pretokenize
 from data_pipelines import shards
@@ -150,6 +153,7 @@ def test_records_are_the_bytes_of_tfds_examples():
 _KILLED_RUN = r'''
 import os, signal, sys
 from bertjax import config_lib
+from bertjax import storage
 from data_pipelines import pretokenize, shards
 cfg = config_lib.base_config()
 d = cfg.data
@@ -273,6 +277,53 @@ def test_the_beam_pipeline_writes_the_same_bytes(root, reference):
   the_plan = pretokenize.plan(_config(root, 'beam').data)
   beam.run(the_plan, workers=2)
   assert _files(the_plan.directory) == _files(reference.directory)
+
+
+def _bucket_files(url: str) -> dict[str, bytes]:
+  """Every object under ``url``, by path relative to it."""
+  return {os.path.relpath(path, url): storage.read_bytes(path)
+          for path in storage.find(url)}
+
+
+@pytest.mark.parametrize('runner', ['local', 'beam'])
+def test_a_corpus_and_data_in_a_bucket(root, reference, gcs_bucket, runner):
+  """Corpus, tokenizer and data dir in a bucket (a Cloud Storage API on
+  localhost): written by two processes (or Beam's DirectRunner) through
+  the same clients as on GCS, the same bytes as the local preparation
+  (the manifest names the corpus's path), and read back by ArrayRecord's
+  own GCS client."""
+  from data_pipelines import beam  # pylint: disable=g-import-not-at-top
+  bucket = f'{gcs_bucket}/{runner}'
+  for name in sorted(os.listdir(root / 'corpus')):
+    data = (root / 'corpus' / name).read_bytes()
+    if name == 'part-2.txt':   # Read decompressed as it streams.
+      name, data = name + '.gz', gzip.compress(data, mtime=0)
+    storage.write_bytes(f'{bucket}/corpus/{name}', data)
+  storage.write_bytes(f'{bucket}/spm.model', (root / 'spm.model').read_bytes())
+  cfg = _config(root, 'unused', workers=2)
+  cfg.data.corpus.path = f'{bucket}/corpus'
+  cfg.data.tokenizer.model_path = f'{bucket}/spm.model'
+  cfg.data.data_dir = f'{bucket}/data'
+  the_plan = pretokenize.plan(cfg.data)
+  if runner == 'beam':
+    beam.run(the_plan, workers=2)
+  else:
+    pretokenize.write(the_plan, workers=2)
+  written, expected = _bucket_files(the_plan.directory), _files(
+      reference.directory)
+  manifest = [json.loads(x.pop(shards.MANIFEST)) for x in (written, expected)]
+  assert written == expected
+  assert manifest[0].pop('corpus') == (
+      f"corpus.path='{bucket}/corpus' (sentence_per_line)")
+  manifest[1].pop('corpus')
+  assert manifest[0] == manifest[1]
+  prepared = pretokenize.load(the_plan)
+  for split in shards.SPLITS:
+    source = getattr(prepared, f'{split}_source')
+    assert len(source) == len(getattr(reference, f'{split}_source'))
+    np.testing.assert_array_equal(
+        source[len(source) - 1]['token_ids'],
+        getattr(reference, f'{split}_source')[len(source) - 1]['token_ids'])
 
 
 def _open_shards(directory) -> set[str]:

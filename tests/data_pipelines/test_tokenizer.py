@@ -1,6 +1,7 @@
 """Tests for data_pipelines.tokenizer: training, special ids, save/load."""
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -136,7 +137,7 @@ def test_training_does_not_depend_on_the_cpu_count(
   # cache key derived from its sha256) must not depend on the machine.
   shas = []
   for cpus in (1, 4):
-    monkeypatch.setattr(tokenizer_lib.os, 'cpu_count', lambda c=cpus: c)
+    monkeypatch.setattr(os, 'cpu_count', lambda c=cpus: c)
     shas.append(tokenizer_lib.train(sentences[:1000], 150, model_type).sha256)
   assert shas[0] == shas[1]
 

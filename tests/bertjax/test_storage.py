@@ -1,0 +1,70 @@
+"""bertjax.storage: one set of file operations for a local disk and a
+bucket (a Cloud Storage API on localhost), with the same atomicity."""
+
+import os
+
+import pytest
+
+from bertjax import storage
+
+
+@pytest.fixture(params=['local', 'bucket'])
+def base(request, tmp_path):
+  if request.param == 'local':
+    return str(tmp_path)
+  return f'{request.getfixturevalue("gcs_bucket")}/storage-{os.getpid()}'
+
+
+def test_round_trip_listing_and_removal(base):
+  storage.makedirs(f'{base}/a/b')
+  storage.write_text(f'{base}/a/one.txt', 'one')
+  storage.write_bytes(f'{base}/a/b/two.bin', b'\x00' * 5)
+  storage.write_bytes(f'{base}/a/b/three.bin', b'33')
+  assert storage.read_text(f'{base}/a/one.txt') == 'one'
+  assert storage.getsize(f'{base}/a/b/two.bin') == 5
+  assert storage.isdir(f'{base}/a/b') and storage.isfile(f'{base}/a/one.txt')
+  assert storage.listdir(f'{base}/a') == ['b', 'one.txt']
+  found = storage.find(f'{base}/a')
+  assert list(found) == [f'{base}/a/b/three.bin', f'{base}/a/b/two.bin',
+                         f'{base}/a/one.txt']
+  assert [s.size for s in found.values()] == [2, 5, 3]
+  assert list(storage.find(f'{base}/a/**/t*.bin')) == [
+      f'{base}/a/b/three.bin', f'{base}/a/b/two.bin']
+  version = storage.stat(f'{base}/a/one.txt').version
+  storage.write_text(f'{base}/a/one.txt', 'uno')
+  assert storage.stat(f'{base}/a/one.txt').version != version
+  storage.rmtree(f'{base}/a')
+  assert not storage.exists(f'{base}/a/one.txt')
+  assert storage.find(f'{base}/a') == {}
+
+
+def test_a_failed_staged_write_leaves_the_old_file(base):
+  path = f'{base}/model.bin'
+  storage.write_bytes(path, b'old')
+  with pytest.raises(RuntimeError):
+    with storage.staged(path) as local:
+      with open(local, 'wb') as f:
+        f.write(b'half of the new')
+      raise RuntimeError('killed mid-write')
+  assert storage.read_bytes(path) == b'old'
+  assert storage.listdir(base) == ['model.bin']   # No temporary left.
+  with storage.staged(path) as local:
+    with open(local, 'wb') as f:
+      f.write(b'new')
+  assert storage.read_bytes(path) == b'new'
+
+
+def test_sha256_of_a_file_in_a_bucket_equals_the_local_one(tmp_path,
+                                                           gcs_bucket):
+  data = os.urandom(3 << 20)
+  (tmp_path / 'x').write_bytes(data)
+  storage.write_bytes(f'{gcs_bucket}/sha/x', data)
+  assert storage.sha256(f'{gcs_bucket}/sha/x') == storage.sha256(
+      str(tmp_path / 'x'))
+
+
+def test_a_missing_file_is_file_not_found(base):
+  with pytest.raises(FileNotFoundError):
+    storage.read_bytes(f'{base}/nothing')
+  with pytest.raises(FileNotFoundError):
+    storage.stat(f'{base}/nothing')
