@@ -11,9 +11,11 @@ runs the same preparation as an Apache Beam pipeline (data_pipelines/
 beam.py): on the DirectRunner in ``--workers`` processes, or with Beam's
 own options after ``--``, e.g. on Dataflow:
 
-  python -m data_pipelines.prepare --config=... --runner=beam -- \
+  python -m data_pipelines.prepare --config=... \
+      --config.data.corpus.path='gs://B/wiki/**/*.txt.gz' \
+      --config.data.data_dir=gs://B/prepared --runner=beam -- \
       --runner=DataflowRunner --project=P --region=R \
-      --temp_location=gs://B/tmp --num_workers=100
+      --temp_location=gs://B/tmp --num_workers=100 --setup_file=./setup.py
 
 Both write the same bytes, and both resume: a rerun after a failure keeps
 the shards that were finished. Progress (documents, tokens/s, ETA) goes to
