@@ -54,6 +54,7 @@ from bertjax import objectives
 from bertjax import optim
 from bertjax import runs
 from bertjax import sharding
+from bertjax import storage
 from bertjax import train as train_lib
 from bertjax.models import heads
 from data_pipelines import downstream
@@ -194,7 +195,7 @@ def validate(cfg, check_init: bool = True) -> None:
   check(cfg.task.name != 'files' or cfg.task.kind in heads.KINDS,
         f'task.kind={cfg.task.kind!r}; task.name=files needs one of '
         f'{heads.KINDS}.')
-  if check_init and cfg.init and not (os.path.isdir(cfg.init) and checkpoint_lib.latest_step(
+  if check_init and cfg.init and not (storage.isdir(cfg.init) and checkpoint_lib.latest_step(
       os.path.join(cfg.init, 'checkpoints')) is not None):
     errors.append(f'init={cfg.init!r} holds no checkpoint: give the '
                   '--workdir of a pretraining run (or an import).')
@@ -486,11 +487,11 @@ def _identity(cfg) -> dict:
 
 
 def _check_resume(workdir: str, cfg) -> None:
-  path = os.path.join(workdir, _META)
-  if not os.path.isfile(path):
+  try:
+    saved = json.loads(storage.read_text(
+        os.path.join(workdir, _META)))['identity']
+  except FileNotFoundError:
     return
-  with open(path) as f:
-    saved = json.load(f)['identity']
   # A field added since the run was written counts at its default.
   defaults = json.loads(json.dumps(_identity(base_config())))
   for name, section in saved.items():
@@ -551,7 +552,7 @@ def finetune(cfg, workdir: str) -> dict:
     compiled = shard_and_compile(steps, place, data, cfg.batch_size)
 
     # ---- Restore a checkpoint, or initialize from the pretrained encoder.
-    os.makedirs(workdir, exist_ok=True)
+    storage.makedirs(workdir)
     ckpt = checkpoint_lib.Checkpointer(
         os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
         cfg.keep_checkpoints)
@@ -576,7 +577,7 @@ def finetune(cfg, workdir: str) -> dict:
 
   # ---- downstream.json, for the compare tool.
   result = {'task': task.name, 'kind': task.kind, 'mode': cfg.mode,
-            'init': os.path.abspath(cfg.init), 'init_step': pretrained.step,
+            'init': storage.absolute(cfg.init), 'init_step': pretrained.step,
             'init_weights': cfg.init_weights, 'steps': total_steps,
             'headline': task.metrics[0], 'metrics': final,
             'trainable_parameters': trained, 'parameters': parameters}

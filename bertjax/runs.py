@@ -19,6 +19,7 @@ import orbax.checkpoint as ocp
 
 from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_lib
+from bertjax import storage
 from data_pipelines import tokenizer as tokenizer_lib
 
 
@@ -46,12 +47,12 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
   tokenizer_path = os.path.join(workdir, 'tokenizer.model')
   if checkpoint_lib.is_params_only(workdir):
     meta_path = os.path.join(workdir, 'config.json')
-  directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+  directory = storage.absolute(os.path.join(workdir, 'checkpoints'))
   for path in (meta_path, tokenizer_path):
-    if not os.path.isfile(path):
+    if not storage.isfile(path):
       raise ValueError(f'{workdir!r} is not a bertjax workdir: {path!r} is '
                        'missing (give the --workdir of a training run).')
-  available = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(
+  available = sorted(ocp.utils.checkpoint_steps(directory)) if storage.isdir(
       directory) else []
   if not available:
     raise ValueError(f'{workdir!r} has no complete checkpoint.')
@@ -64,8 +65,7 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
   except checkpoint_lib.CorruptCheckpointError as e:
     raise ValueError(f'{workdir!r} step {step} is corrupt: {e} Give an '
                      f'earlier step (available: {available}).') from e
-  with open(meta_path) as f:
-    meta = json.load(f)
+  meta = json.loads(storage.read_text(meta_path))
   if checkpoint_lib.is_params_only(workdir):
     meta = {'config': meta, 'vocab_size': tokenizer_lib.Tokenizer.load(
         tokenizer_path).vocab_size}

@@ -33,6 +33,14 @@ import socket
 import tempfile
 from typing import IO, Iterator
 
+import fsspec
+
+# Bucket listings are never cached: other writers (TensorStore writing a
+# checkpoint, another host, another process) change a bucket behind this
+# process's back, and a stale listing would hide a checkpoint or a shard.
+for _protocol in ('gs', 'gcs'):
+  fsspec.config.conf.setdefault(_protocol, {})['use_listings_cache'] = False
+
 class StorageError(OSError):
   """A path cannot be used; the message says why and what to do."""
 
@@ -45,7 +53,6 @@ def is_remote(path: str) -> bool:
 def _fs(path: str):
   """(fsspec filesystem, path inside it) of a remote ``path``."""
   try:
-    import fsspec  # pylint: disable=g-import-not-at-top
     return fsspec.core.url_to_fs(path)
   except ImportError as e:
     raise StorageError(
@@ -54,8 +61,9 @@ def _fs(path: str):
         f'for s3://): {e}') from e
 
 
-def join(path: str, *parts: str) -> str:
-  return os.path.join(path, *parts)   # '/' on POSIX, for URLs too.
+def absolute(path: str) -> str:
+  """A local path made absolute; a URL as it is."""
+  return path if is_remote(path) else os.path.abspath(path)
 
 
 def exists(path: str) -> bool:
@@ -188,6 +196,34 @@ def staged(path: str) -> Iterator[str]:
     fs.put_file(tmp, p)
   finally:
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def upload(local_path: str, path: str) -> None:
+  """Copies local file ``local_path`` to ``path`` (one upload, or a
+  rename-over locally)."""
+  if is_remote(path):
+    fs, p = _fs(path)
+    fs.put_file(local_path, p)
+  else:
+    with builtins.open(local_path, 'rb') as f:
+      write_bytes(path, f.read())
+
+
+def download(path: str, local_path: str) -> None:
+  """Copies ``path`` to local file ``local_path``."""
+  with open(path, 'rb') as src, builtins.open(local_path, 'wb') as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def move(path: str, target: str) -> None:
+  """Moves a directory (or every object under a prefix) to ``target``.
+  Locally a rename; in a bucket each object is copied then deleted, so a
+  reader may see both for a moment, never neither."""
+  if is_remote(path):
+    fs, p = _fs(path)
+    fs.mv(p, _fs(target)[1], recursive=True)
+  else:
+    os.replace(path, target)
 
 
 def remove(path: str) -> None:

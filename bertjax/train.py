@@ -54,6 +54,7 @@ from bertjax.objectives import losses
 from bertjax import optim
 from bertjax.runtime import preemption
 from bertjax import sharding
+from bertjax import storage
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import masking as masking_lib
 from data_pipelines import mixture as mixture_lib
@@ -115,12 +116,9 @@ def say(text: str) -> None:
 
 
 def write_json_atomic(path: str, value) -> None:
-  """``value`` as indented JSON at ``path``; a reader never sees half of it
-  (written beside, then renamed over)."""
-  tmp = f'{path}.tmp'
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-  os.replace(tmp, path)
+  """``value`` as indented JSON at ``path`` (local or in a bucket); a
+  reader never sees half of it."""
+  storage.write_text(path, json.dumps(value, indent=2, sort_keys=True))
 
 
 def train_and_evaluate(cfg, workdir: str) -> dict:
@@ -192,10 +190,6 @@ def check_before_writing(cfg, workdir: str) -> tuple[Any, dict | None]:
   if cfg.init_from and checkpoint_lib.latest_step(
       os.path.join(cfg.init_from, 'checkpoints')) is None:
     raise ResumeError(f'init_from={cfg.init_from!r} has no checkpoint.')
-  if '://' in workdir:
-    raise ValueError(f'--workdir={workdir!r}: the workdir is written through '
-                     'the local filesystem; for a bucket, mount it (gcsfuse) '
-                     'and give the mounted path.')
   return cfg, check_resume_compatible(workdir, cfg)
 
 
@@ -234,11 +228,10 @@ def _with_new_fields(identity: dict) -> dict:
 
 def check_resume_compatible(workdir: str, cfg) -> dict | None:
   """Fails when ``workdir`` holds a run with a different identity."""
-  path = os.path.join(workdir, RUN_META)
-  if not os.path.exists(path):
+  try:
+    saved = json.loads(storage.read_text(os.path.join(workdir, RUN_META)))
+  except FileNotFoundError:
     return None
-  with open(path) as f:
-    saved = json.load(f)
   mine = json.loads(json.dumps(run_identity(cfg)))
   theirs = _with_new_fields(saved['identity'])
   # Over both key sets: a mixture run and a single-corpus run differ in them.
@@ -536,7 +529,7 @@ def write_run_files(cfg, workdir: str, data: InputData, task: objectives.Task,
   """``run_meta.json`` (what a resume is checked against), the sharding
   report and the tokenizer, written by process 0 into ``workdir``, which
   every process must see."""
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   distributed.check_shared_directory(workdir)
   if jax.process_index() != 0:
     return
@@ -552,8 +545,8 @@ def write_run_files(cfg, workdir: str, data: InputData, task: objectives.Task,
       'mesh': dict(mesh.shape), 'processes': jax.process_count(),
       'step_memory_bytes': compiled.memory_bytes,
       'data_skipped': data.prepared.skipped})
-  with open(os.path.join(workdir, _SHARDING_REPORT), 'w') as f:
-    f.write(f'mesh {dict(mesh.shape)}\n{compiled.layout}\n')
+  storage.write_text(os.path.join(workdir, _SHARDING_REPORT),
+                     f'mesh {dict(mesh.shape)}\n{compiled.layout}\n')
   data.tokenizer.save(os.path.join(workdir, 'tokenizer.model'))
 
 
@@ -594,7 +587,7 @@ def _init_from(other_workdir: str, abstract_state):
   if step is None:
     raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
   with ocp.CheckpointManager(
-      os.path.abspath(directory),
+      storage.absolute(directory),
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
     restored = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state)))

@@ -60,6 +60,7 @@ import argparse
 import ast
 import dataclasses
 import hashlib
+import io
 import itertools
 import json
 import math
@@ -81,6 +82,7 @@ from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import intervals  # pylint: disable=g-import-not-at-top
 from bertjax.runtime import metric_writers  # pylint: disable=g-import-not-at-top
 from bertjax import objectives  # pylint: disable=g-import-not-at-top
+from bertjax import storage  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
@@ -263,7 +265,7 @@ def make_arms(runs: list[str], sweeps: list[str]) -> list[Arm]:
                          + ('the control\'s.' if name == SCRATCH else
                             'used twice.'))
     names.add(name)
-    if os.path.isfile(os.path.join(spec, train.RUN_META)):
+    if storage.isfile(os.path.join(spec, train.RUN_META)):
       if swept:
         raise CompareError(f'--run {item!r} is a finished workdir; a sweep '
                            'needs config runs.')
@@ -428,15 +430,15 @@ def _same(a, b) -> bool:
 
 class Rows:
   """``rows.jsonl``: read at start, appended (and flushed to disk) as each
-  run finishes, so a stopped comparison keeps what it finished."""
+  run finishes, so a stopped comparison keeps what it finished. In a
+  bucket, which cannot append, the file is rewritten whole each time."""
 
   def __init__(self, path: str):
     self.path = path
     self.rows: list[dict] = []
-    if not os.path.isfile(path):
+    if not storage.isfile(path):
       return
-    with open(path) as f:
-      lines = f.readlines()
+    lines = storage.read_text(path).splitlines(keepends=True)
     for number, line in enumerate(lines):
       try:
         self.rows.append(json.loads(line))
@@ -447,23 +449,24 @@ class Rows:
                              'Fix or remove it.') from None
         # A torn last line from a killed run: cut it off; its run reruns.
         print(f'{path}: dropping a torn last line', flush=True)
-        tmp = path + '.tmp'
-        with open(tmp, 'w') as out:
-          out.writelines(lines[:number])
-        os.replace(tmp, path)
+        storage.write_text(path, ''.join(lines[:number]))
         return
     if lines and not lines[-1].endswith('\n'):   # Killed before its newline.
-      with open(path, 'a') as f:
-        f.write('\n')
+      storage.write_text(path, ''.join(lines) + '\n')
 
   def find(self, key: str) -> dict | None:
     return next((r for r in self.rows if r['key'] == key), None)
 
   def add(self, row: dict) -> dict:
-    with open(self.path, 'a') as f:
-      f.write(json.dumps(row, sort_keys=True) + '\n')
-      f.flush()
-      os.fsync(f.fileno())
+    line = json.dumps(row, sort_keys=True) + '\n'
+    if storage.is_remote(self.path):
+      storage.write_text(self.path, ''.join(
+          json.dumps(r, sort_keys=True) + '\n' for r in self.rows) + line)
+    else:
+      with open(self.path, 'a') as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
     self.rows.append(row)
     return row
 
@@ -489,8 +492,7 @@ def objective_label(cfg) -> str:
 
 def read_run(workdir: str) -> dict:
   """A finished run's config, metric records and sizes, from its workdir."""
-  with open(os.path.join(workdir, train.RUN_META)) as f:
-    meta = json.load(f)
+  meta = json.loads(storage.read_text(os.path.join(workdir, train.RUN_META)))
   records = [entry for _, entry in metric_writers.logged_lines(
       os.path.join(workdir, 'metrics.jsonl'))]
   if not records:
@@ -982,7 +984,9 @@ def plots(plan: Plan, rows: list[dict], out: str) -> list[str]:
   def save(fig, name):
     fig.tight_layout()
     path = os.path.join(out, name)
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=110)
+    storage.write_bytes(path, buffer.getvalue())
     plt.close(fig)
     paths.append(path)
 
@@ -1131,16 +1135,15 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
                    dev_fraction, baseline, control_repeats)
   results = results or out
   if not report_only:   # A report-only reader may have no runs at all.
-    os.makedirs(out, exist_ok=True)
-  os.makedirs(results, exist_ok=True)
+    storage.makedirs(out)
+  storage.makedirs(results)
   rows = Rows(os.path.join(results, ROWS))
   if not report_only:
     run_plan(plan, out, rows)
   wall = time.time() - start
   markdown = report(plan, rows.rows, command or 'python experiments/'
                     'compare.py ...', wall)
-  with open(os.path.join(results, 'compare.md'), 'w') as f:
-    f.write(markdown)
+  storage.write_text(os.path.join(results, 'compare.md'), markdown)
   plots(plan, rows.rows, results)
   print(f'compare: this invocation {wall / 60:.1f} min; the comparison\'s '
         f'runs {sum(r.get("wall_seconds") or 0 for r in rows.rows) / 60:.1f}'

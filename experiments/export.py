@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
 from bertjax.interop import hf_convert  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax import storage  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def main(argv=None) -> None:
@@ -37,8 +38,8 @@ def main(argv=None) -> None:
   except (hf_convert.ConversionError, ValueError) as e:
     parser.exit(2, f'export: {e}\n')
   for directory in written:
-    with open(os.path.join(directory, 'config.json')) as f:
-      architecture = f.read().split('"architectures": [')[1].split('"')[1]
+    architecture = storage.read_text(os.path.join(
+        directory, 'config.json')).split('"architectures": [')[1].split('"')[1]
     print(f'{directory}: {architecture}')
 
 

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 # --config, --workdir, and the multi-host ones (--multihost, ...).
 from bertjax.runtime import distributed  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import finetune  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax import storage  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -56,8 +57,7 @@ def compare_scratch(cfg, workdir: str) -> str:
             f'random weights {results["scratch"]["metrics"][headline]:.4f}: '
             f'{margin:+.4f}']
   text = '\n'.join(lines) + '\n'
-  with open(os.path.join(workdir, 'compare_scratch.md'), 'w') as f:
-    f.write(text)
+  storage.write_text(os.path.join(workdir, 'compare_scratch.md'), text)
   return text
 
 

@@ -96,14 +96,14 @@ def kill_at(config: str, workdir: str, overrides: list[str], after_step: int,
 
 
 def compare(reference: str, workdir: str) -> list[str]:
-  """What differs between two finished runs (empty: identical)."""
+  """What differs between two finished runs (empty: identical); either
+  may be in a bucket."""
   from bertjax import runs  # pylint: disable=g-import-not-at-top
+  from bertjax import storage  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   problems = []
-  with open(os.path.join(reference, METRICS), 'rb') as f:
-    expected = f.read()
-  with open(os.path.join(workdir, METRICS), 'rb') as f:
-    got = f.read()
+  expected = storage.read_bytes(os.path.join(reference, METRICS))
+  got = storage.read_bytes(os.path.join(workdir, METRICS))
   if got != expected:
     problems.append(f'{METRICS} differs ({len(got)} bytes against '
                     f'{len(expected)})')

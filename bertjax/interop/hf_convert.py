@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 from typing import Iterator
 
 import jax
@@ -40,6 +42,7 @@ from bertjax.interop import hf_tokenizer
 from bertjax import objectives
 from bertjax import runs
 from bertjax import sharding
+from bertjax import storage
 from bertjax.objectives import distillation
 from bertjax.objectives import electra as electra_objective
 from data_pipelines import pipeline
@@ -504,9 +507,11 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   """Writes ``workdir``'s checkpoint at ``step`` (default: the latest) as a
   transformers directory in ``out_dir`` (for ELECTRA, ``discriminator/``
   and ``generator/`` in it), with the run's tokenizer. Returns the
-  directories written. ``out_dir`` must not exist yet: an export never
-  overwrites anything; it is written beside and renamed into place."""
-  if os.path.exists(out_dir):
+  directories written. ``out_dir`` (local or ``gs://``) must not exist yet:
+  an export never overwrites anything; it is written beside and renamed
+  into place (for a bucket: written locally, then each file uploaded
+  whole)."""
+  if storage.exists(out_dir):
     raise ConversionError(f'{out_dir!r} exists; export into a new directory '
                           '(an export never overwrites).')
   run = runs.load_run(workdir, step)
@@ -515,7 +520,9 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   check_family(cfg, family)
   tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
   parts = ('discriminator', 'generator') if family == 'electra' else (None,)
-  staging = f'{out_dir.rstrip(os.sep)}.partial{os.getpid()}'
+  remote = storage.is_remote(out_dir)
+  staging = (os.path.join(tempfile.mkdtemp(prefix='bertjax-export-'), 'out')
+             if remote else f'{out_dir.rstrip(os.sep)}.partial{os.getpid()}')
   written = []
   for part in parts:
     directory = os.path.join(staging, part) if part else staging
@@ -526,7 +533,13 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
                                 model_max_length=cfg.data.max_seq_length)
     _write_readme(directory, run, family, part, left_out(cfg, family))
     written.append(os.path.join(out_dir, part) if part else out_dir)
-  os.replace(staging, out_dir)
+  if remote:
+    for path in storage.find(staging):
+      storage.upload(path, os.path.join(out_dir,
+                                        os.path.relpath(path, staging)))
+    shutil.rmtree(os.path.dirname(staging))
+  else:
+    os.replace(staging, out_dir)
   return written
 
 
@@ -534,7 +547,7 @@ def _write_readme(directory: str, run, family: str, part, omitted) -> None:
   architecture = ARCHITECTURES[(family, part)]
   lines = [
       f'# {architecture} exported by bertjax', '',
-      f'From the run in `{os.path.basename(os.path.abspath(run.workdir))}` '
+      f'From the run in `{os.path.basename(storage.absolute(run.workdir))}` '
       f'at step {run.step} (objective `{run.config.objective.name}`).', '',
       '```python',
       'import transformers',
@@ -762,14 +775,14 @@ def write_import(imported: Imported, tokenizer, out_dir: str,
         'DistilBERT trains by distillation from a teacher run '
         '(distillation.teacher_workdir); an imported student has none to '
         'continue with.')
-  if os.path.exists(out_dir):
+  if storage.exists(out_dir):
     raise ConversionError(f'{out_dir!r} exists; import into a new '
                           'directory.')
   if tokenizer.vocab_size != imported.vocab_size:
     raise ConversionError(
         f'the tokenizer has {tokenizer.vocab_size} pieces and the '
         f'checkpoint {imported.vocab_size} rows: they are not a pair.')
-  out_dir = os.path.abspath(out_dir)
+  out_dir = storage.absolute(out_dir)
   cfg = config_lib.from_saved(imported.config.to_dict())
   cfg.init_from = out_dir
   cfg.data.tokenizer.model_path = os.path.join(out_dir, 'tokenizer.model')
@@ -798,10 +811,10 @@ def write_import(imported: Imported, tokenizer, out_dir: str,
   unused = sorted(set(flat_imported) - used)
   if unused:
     raise ConversionError(f'the model has no place for {unused[:3]}.')
-  os.makedirs(out_dir)
+  storage.makedirs(out_dir)
   tokenizer.save(cfg.data.tokenizer.model_path)
   checkpoint.save_params(out_dir, params, source)
   path = os.path.join(out_dir, 'config.json')
-  with open(path, 'w') as f:
-    json.dump(cfg.to_dict(), f, indent=2, sort_keys=True)
+  storage.write_text(path, json.dumps(cfg.to_dict(), indent=2,
+                                      sort_keys=True))
   return path

@@ -54,7 +54,6 @@ chosen for masking uniformly, not with the XLM-style frequency smoothing
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 
@@ -72,6 +71,7 @@ from bertjax.models import config as model_config_lib
 from bertjax.objectives import base
 from bertjax.objectives import losses
 from bertjax.objectives import registry
+from bertjax import storage
 
 NAME = 'distillation'
 
@@ -123,7 +123,7 @@ def check(cfg, errors: list[str]) -> None:
   if t.student_layers < 0:
     errors.append(f'distillation.student_layers={t.student_layers} must be '
                   '>= 0 (0 = half the teacher\'s).')
-  if not (t.teacher_workdir and os.path.isdir(t.teacher_workdir)):
+  if not (t.teacher_workdir and storage.isdir(t.teacher_workdir)):
     errors.append(f'distillation.teacher_workdir={t.teacher_workdir!r} is '
                   'not a directory; use the workdir of a finished bertjax '
                   'run (objective.name=bert), e.g. $WORK/bert-base.')
@@ -137,11 +137,6 @@ class TeacherRun:
   model: bert_lib.BertConfig          # Only what distillation runs.
   tokenizer_sha256: str
   vocab_size: int                     # The tokenizer's (tables are padded).
-
-
-def _sha256(path: str) -> str:
-  with open(path, 'rb') as f:
-    return hashlib.sha256(f.read()).hexdigest()
 
 
 def read_teacher(cfg) -> TeacherRun:
@@ -158,19 +153,18 @@ def read_teacher(cfg) -> TeacherRun:
         'distillation.teacher_workdir is empty: set it to the workdir of a '
         'finished bertjax run (objective.name="bert"), e.g. '
         '--config.distillation.teacher_workdir=$WORK/bert-base.')
-  if not os.path.isdir(workdir):
+  if not storage.isdir(workdir):
     raise TeacherError(f'distillation.teacher_workdir={workdir!r} is not a '
                        'directory.')
   meta_path = os.path.join(workdir, RUN_META)
-  if not os.path.isfile(meta_path):
+  if not storage.isfile(meta_path):
     raise TeacherError(f'distillation.teacher_workdir={workdir!r} has no '
                        f'{RUN_META}: it is not the workdir of a bertjax run.')
   step = checkpoint_lib.latest_step(os.path.join(workdir, CHECKPOINTS))
   if step is None:
     raise TeacherError(f'distillation.teacher_workdir={workdir!r} has no '
                        'checkpoint to restore the teacher from.')
-  with open(meta_path) as f:
-    meta = json.load(f)
+  meta = json.loads(storage.read_text(meta_path))
   saved = meta['config']
   teacher_objective = saved.get('objective', {}).get('name', 'bert')
   if teacher_objective != 'bert':
@@ -198,8 +192,8 @@ def read_teacher(cfg) -> TeacherRun:
 
 
 def _check_tokenizer(model_path: str, teacher: TeacherRun) -> None:
-  if (not os.path.isfile(model_path) or
-      _sha256(model_path) != teacher.tokenizer_sha256):
+  if (not storage.isfile(model_path) or
+      storage.sha256(model_path) != teacher.tokenizer_sha256):
     raise TeacherError(
         f'data.tokenizer.model_path={model_path!r} is not the tokenizer the '
         f'teacher in {teacher.workdir!r} was trained with (sha256 '
@@ -304,7 +298,7 @@ def restore_teacher_params(teacher: TeacherRun, abstract_params) -> dict:
       lambda x: ocp.RestoreArgs(restore_type=np.ndarray, dtype=x.dtype),
       abstract_params)
   with ocp.CheckpointManager(
-      os.path.abspath(os.path.join(teacher.workdir, CHECKPOINTS)),
+      storage.absolute(os.path.join(teacher.workdir, CHECKPOINTS)),
       item_handlers={'state': ocp.PyTreeCheckpointHandler()}) as manager:
     restored = manager.restore(teacher.step, args=ocp.args.Composite(
         state=ocp.args.PyTreeRestore(

@@ -11,13 +11,14 @@ a run saved by 2 hosts resumes on 1 or on 4.
 What a failure can do to them, and what happens then:
 
 * A kill during a save: orbax writes each step to a temporary directory and
-  renames it when complete, so the previous checkpoint stays the latest; the
-  leftover temporary directory is never restored from and is removed when
-  the next run starts.
+  renames it when complete (in a bucket, which cannot rename a directory,
+  it writes the step in place and ``commit_success.txt`` last), so the
+  previous checkpoint stays the latest; the leftover is never restored
+  from and is removed when the next run starts.
 * Corruption at rest (a flipped byte, a truncated or missing file): every
   step is sealed with ``bertjax_manifest.json`` (the size and SHA-256 of each
-  file), written inside the temporary directory before the rename, so a
-  checkpoint and its manifest appear together. ``restore_latest`` checks the
+  file), written before the rename (or the commit file), so a checkpoint
+  and its manifest appear together. ``restore_latest`` checks the
   manifest before restoring; a step that fails is moved to
   ``checkpoints_corrupt/`` (kept, never deleted) and the next older one is
   tried.
@@ -31,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -41,6 +41,8 @@ from etils import epath
 import grain
 import jax
 import orbax.checkpoint as ocp
+
+from bertjax import storage
 
 _ITERATOR_STATE = 'iterator_state.json'
 # The seal of a checkpoint step (see the module docstring), and orbax's own
@@ -61,34 +63,21 @@ class CheckpointSaveError(OSError):
   """A save that failed; the checkpoints written before it are intact."""
 
 
-def _digest(path: str) -> str:
-  with open(path, 'rb') as f:
-    return hashlib.file_digest(f, 'sha256').hexdigest()
-
-
-def _sealed_files(step_dir: str) -> list[str]:
+def _sealed_files(step_dir: str) -> dict[str, int]:
   """The files a manifest covers: everything but itself and orbax's commit
-  bookkeeping, as sorted paths relative to ``step_dir``."""
-  out = []
-  for root, _, files in os.walk(step_dir):
-    for name in files:
-      if name in _COMMIT_FILES or name == MANIFEST:
-        continue
-      out.append(os.path.relpath(os.path.join(root, name), step_dir))
-  return sorted(out)
+  bookkeeping, as {path relative to ``step_dir``: bytes}, sorted."""
+  return {os.path.relpath(path, step_dir): stat.size
+          for path, stat in storage.find(step_dir).items()
+          if os.path.basename(path) not in (*_COMMIT_FILES, MANIFEST)}
 
 
 def write_manifest(step_dir: str) -> None:
   """Seals ``step_dir``: the size and SHA-256 of each of its files."""
-  files = {rel: {'bytes': os.path.getsize(os.path.join(step_dir, rel)),
-                 'sha256': _digest(os.path.join(step_dir, rel))}
-           for rel in _sealed_files(step_dir)}
-  tmp = os.path.join(step_dir, MANIFEST + '.tmp')
-  with open(tmp, 'w') as f:
-    json.dump({'files': files}, f, indent=1, sort_keys=True)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, os.path.join(step_dir, MANIFEST))
+  files = {rel: {'bytes': size,
+                 'sha256': storage.sha256(os.path.join(step_dir, rel))}
+           for rel, size in _sealed_files(step_dir).items()}
+  storage.write_text(os.path.join(step_dir, MANIFEST),
+                     json.dumps({'files': files}, indent=1, sort_keys=True))
 
 
 def verify(step_dir: str) -> bool:
@@ -101,12 +90,11 @@ def verify(step_dir: str) -> bool:
   Raises:
     CorruptCheckpointError: naming the first file that differs.
   """
-  path = os.path.join(step_dir, MANIFEST)
-  if not os.path.exists(path):
-    return False
   try:
-    with open(path) as f:
-      expected = json.load(f)['files']
+    expected = json.loads(storage.read_text(
+        os.path.join(step_dir, MANIFEST)))['files']
+  except FileNotFoundError:
+    return False
   except (ValueError, KeyError, TypeError) as e:
     raise CorruptCheckpointError(
         f'{step_dir}: its manifest {MANIFEST} is unreadable ({e}).') from e
@@ -119,12 +107,12 @@ def verify(step_dir: str) -> bool:
         f'(against {MANIFEST}).')
   for rel, want in sorted(expected.items()):
     full = os.path.join(step_dir, rel)
-    size = os.path.getsize(full)
+    size = present[rel]
     if size != want['bytes']:
       raise CorruptCheckpointError(
           f'{step_dir}: {rel} has {size} bytes, {want["bytes"]} were '
           'written (truncated or overwritten).')
-    if _digest(full) != want['sha256']:
+    if storage.sha256(full) != want['sha256']:
       raise CorruptCheckpointError(
           f'{step_dir}: {rel} does not match the SHA-256 it was written '
           'with (its bytes changed on disk).')
@@ -182,7 +170,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, save_every_steps: int, keep: int,
                async_save: bool = True):
-    self._directory = os.path.abspath(directory)
+    self._directory = storage.absolute(directory)
     self._save_every_steps = save_every_steps
     self._async = async_save
     self._saving = None        # The step whose save may still be running.
@@ -207,6 +195,9 @@ class Checkpointer:
     return self._directory
 
   def _seal(self) -> None:
+    if storage.is_remote(self._directory):   # Written in place.
+      write_manifest(os.path.join(self._directory, str(self._saving)))
+      return
     pattern = os.path.join(self._directory, f'{self._saving}{_TMP_SUFFIX}*')
     found = glob.glob(pattern)
     if len(found) != 1:
@@ -273,6 +264,10 @@ class Checkpointer:
       for tmp in glob.glob(os.path.join(self._directory,
                                         f'{step}{_TMP_SUFFIX}*')):
         shutil.rmtree(tmp, ignore_errors=True)
+      partial = os.path.join(self._directory, str(step))
+      if storage.is_remote(partial) and not storage.exists(
+          os.path.join(partial, 'commit_success.txt')):
+        storage.rmtree(partial)
     kept = [s for s in ocp.utils.checkpoint_steps(self._directory)
             if s != step]
     intact = (f'the checkpoint at step {max(kept)} is intact, and rerunning '
@@ -355,12 +350,12 @@ class Checkpointer:
                   ) -> None:
     target = os.path.join(self._directory + CORRUPT_SUFFIX, str(step))
     if jax.process_index() == 0:
-      os.makedirs(os.path.dirname(target), exist_ok=True)
+      storage.makedirs(os.path.dirname(target))
       suffix = 0
-      while os.path.exists(target + (f'.{suffix}' if suffix else '')):
+      while storage.exists(target + (f'.{suffix}' if suffix else '')):
         suffix += 1
       target += f'.{suffix}' if suffix else ''
-      os.replace(os.path.join(self._directory, str(step)), target)
+      storage.move(os.path.join(self._directory, str(step)), target)
     _sync(f'bertjax_quarantine_{step}')
     self._manager.reload()
     older = self._manager.latest_step()
@@ -375,7 +370,7 @@ class Checkpointer:
 
 def latest_step(directory: str) -> int | None:
   """The latest complete checkpoint step in ``directory``, without writing."""
-  if not os.path.isdir(directory):
+  if not storage.isdir(directory):
     return None
   steps = ocp.utils.checkpoint_steps(directory)
   return max(steps) if steps else None
@@ -388,25 +383,25 @@ _PARAMS_ONLY = 'params_only.json'
 def save_params(workdir: str, params: Any, source: str) -> None:
   """``params`` as step 0 of ``workdir``'s checkpoints, without optimizer
   state: a run with ``init_from=workdir`` starts from them."""
-  directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+  directory = storage.absolute(os.path.join(workdir, 'checkpoints'))
   with ocp.CheckpointManager(
       directory,
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
     manager.save(0, args=ocp.args.Composite(
         state=ocp.args.StandardSave({'params': params})))
     manager.wait_until_finished()
-  with open(os.path.join(workdir, _PARAMS_ONLY), 'w') as f:
-    json.dump({'source': source}, f)
+  storage.write_text(os.path.join(workdir, _PARAMS_ONLY),
+                     json.dumps({'source': source}))
 
 
 def is_params_only(workdir: str) -> bool:
-  return os.path.isfile(os.path.join(workdir, _PARAMS_ONLY))
+  return storage.isfile(os.path.join(workdir, _PARAMS_ONLY))
 
 
 def restore_params(workdir: str, abstract_params: Any) -> Any:
   """The parameters ``save_params`` wrote, onto ``abstract_params``'
   shapes and shardings; a model of another shape is an error naming it."""
-  directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+  directory = storage.absolute(os.path.join(workdir, 'checkpoints'))
   with ocp.CheckpointManager(
       directory,
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:

@@ -24,6 +24,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from bertjax import storage
+
 MODES = ('auto', 'on', 'off')
 
 
@@ -85,8 +87,8 @@ def _use_gloo_on_cpu() -> None:
 def check_shared_directory(directory: str) -> None:
   """Fails unless every process sees the files process 0 writes in
   ``directory`` (checkpoints of a multi-host run are written by all)."""
-  if jax.process_count() == 1:
-    return
+  if jax.process_count() == 1 or storage.is_remote(directory):
+    return   # A bucket is the same for every process.
   marker = os.path.join(directory, '.shared_check')
   if jax.process_index() == 0:
     with open(marker, 'w') as f:
@@ -104,7 +106,7 @@ def check_shared_directory(directory: str) -> None:
         f'the workdir {directory!r} is not shared: processes {missing} do '
         'not see the file process 0 wrote there. A multi-host run needs a '
         'workdir on a filesystem every host mounts at the same path (NFS, '
-        'Filestore, a gcsfuse-mounted bucket).')
+        'Filestore), or in a bucket (gs://).')
 
 
 @contextlib.contextmanager

@@ -8,28 +8,44 @@ same. Timings (tokens per second, achieved TFLOP/s, MFU) vary from run to
 run and go to ``WORKDIR/throughput.jsonl`` instead. On resume, entries after
 the restored step are dropped from both first, so they read as if the run
 had never stopped.
+
+A bucket cannot append to an object, so for a workdir in one (``gs://``)
+the files are written in a local directory and uploaded whole, each an
+object that appears complete: after a write at most every
+``UPLOAD_EVERY_SECONDS``, before each checkpoint (``sync``) and at the end.
+A kill loses at most the lines since the last upload, all after the last
+checkpoint, which a resume drops anyway.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 from absl import logging
 import tensorboardX
+
+from bertjax import storage
+
+UPLOAD_EVERY_SECONDS = 30.0
+
+
+_JSONL = ('metrics.jsonl', 'throughput.jsonl')
 
 
 def logged_lines(path: str) -> list[tuple[str, dict]]:
   """The entries of a metrics JSON Lines file (each line as written, and
   parsed), up to the first that is not a whole entry with a ``step``: a
   line torn by a kill mid-write ends the good part. Blank lines are
-  skipped; a missing file has none."""
-  if not os.path.exists(path):
+  skipped; a missing file has none. Local or in a bucket."""
+  if not storage.exists(path):
     return []
   entries = []
-  with open(path) as f:
+  with storage.open(path, 'r') as f:
     for line in f:
       if not line.strip():
         continue
@@ -63,18 +79,27 @@ class MetricWriter:
                enabled: bool = True):
     self._enabled = enabled
     self._total = total_steps
-    self._jsonl_path = os.path.join(workdir, 'metrics.jsonl')
-    self._timing_path = os.path.join(workdir, 'throughput.jsonl')
     self._start_time = time.time()
     self._start_step = first_step
     self._bar = None
     if not enabled:
       return
+    self._workdir, self._local = workdir, workdir
+    if storage.is_remote(workdir):
+      self._local = tempfile.mkdtemp(prefix='bertjax-metrics-')
+      for name in _JSONL:
+        if storage.exists(os.path.join(workdir, name)):
+          storage.download(os.path.join(workdir, name),
+                           os.path.join(self._local, name))
+    self._uploaded = time.monotonic()
+    self._jsonl_path = os.path.join(self._local, 'metrics.jsonl')
+    self._timing_path = os.path.join(self._local, 'throughput.jsonl')
     truncate_jsonl(self._jsonl_path, first_step)
     truncate_jsonl(self._timing_path, first_step)
     self._jsonl = open(self._jsonl_path, 'a')
     self._timing = open(self._timing_path, 'a')
-    self._tb = tensorboardX.SummaryWriter(os.path.join(workdir, 'tensorboard'))
+    self._tb = tensorboardX.SummaryWriter(
+        os.path.join(self._local, 'tensorboard'))
     if sys.stderr.isatty():
       import tqdm  # pylint: disable=g-import-not-at-top
       self._bar = tqdm.tqdm(total=total_steps, initial=first_step,
@@ -96,6 +121,8 @@ class MetricWriter:
     for name, value in metrics.items():
       self._tb.add_scalar(name, float(value), step)
     self._tb.flush()
+    if time.monotonic() - self._uploaded >= UPLOAD_EVERY_SECONDS:
+      self._upload()
     if self._bar is not None:
       # A step's metrics may be written after the next step has begun.
       self._bar.update(max(0, step - self._bar.n))
@@ -123,6 +150,16 @@ class MetricWriter:
     for stream in (self._jsonl, self._timing):
       os.fsync(stream.fileno())
     self._tb.flush()
+    self._upload()
+
+  def _upload(self) -> None:
+    """A bucket workdir's files, each uploaded whole (see the docstring)."""
+    self._uploaded = time.monotonic()
+    if self._local == self._workdir:
+      return
+    for path in storage.find(self._local):
+      storage.upload(path, os.path.join(
+          self._workdir, os.path.relpath(path, self._local)))
 
   def advance(self, step: int) -> None:
     """Moves the progress bar (if any) to ``step``; cheap every step."""
@@ -145,3 +182,6 @@ class MetricWriter:
     self._jsonl.close()
     self._timing.close()
     self._tb.close()
+    self._upload()
+    if self._local != self._workdir:
+      shutil.rmtree(self._local, ignore_errors=True)

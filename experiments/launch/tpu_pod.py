@@ -51,13 +51,13 @@ printed as it starts and the launcher stops at the first that fails.
 6. With ``--delete_after``: ``gcloud compute tpus tpu-vm delete`` when the
    launcher ends, whether training succeeded or not.
 
-Every worker must see the workdir, at the same absolute path: a filesystem
-mounted on every worker (Filestore, or a bucket mounted with gcsfuse), given
-with ``--workdir_is_shared``. The trainer writes its workdir through the
-local filesystem, so a ``gs://`` URL is refused; it also checks at start-up
-that every process sees the files process 0 wrote.
-The data cache (``BERTJAX_DATA_DIR``, ``--data_dir``) may be per worker:
-each builds the same bytes. ``ssh --worker=all`` needs your key in the ssh
+Every worker must see the workdir: a bucket (``--workdir=gs://B/run``, the
+usual choice), or a filesystem mounted on every worker at the same absolute
+path (Filestore), given with ``--workdir_is_shared``; the trainer checks at
+start-up that every process sees the files process 0 wrote there.
+The data cache (``BERTJAX_DATA_DIR``, ``--data_dir``) may be a bucket too
+(prepared once, e.g. by ``python -m data_pipelines.prepare``), or per
+worker: each builds the same bytes. ``ssh --worker=all`` needs your key in the ssh
 agent: ``ssh-add ~/.ssh/google_compute_engine``. The slice is one ICI
 domain, so ``sharding.replicas`` stays 1; the mesh is the config's
 (``sharding.mesh_shape``, ``(-1, 1, 1)``: data parallel over all chips)
@@ -154,16 +154,12 @@ def check_args(args, overrides: list[str]) -> None:
     raise LaunchError('--detach and --delete_after: a detached run keeps '
                       'training after the launcher ends, so deleting the '
                       'slice then would kill it.')
-  if '://' in args.workdir:
-    raise LaunchError(f'--workdir={args.workdir!r}: the trainer writes its '
-                      'workdir through the local filesystem. Mount the '
-                      'bucket on every worker (gcsfuse) or use Filestore, '
-                      'and give that path with --workdir_is_shared.')
-  if not (args.workdir_is_shared and os.path.isabs(args.workdir)):
+  if not (args.workdir.startswith('gs://') or (
+      args.workdir_is_shared and os.path.isabs(args.workdir))):
     raise LaunchError(f'--workdir={args.workdir!r}: every worker writes '
-                      'the checkpoints, so give an absolute path on a '
-                      'filesystem mounted on every worker (Filestore, '
-                      'gcsfuse), with --workdir_is_shared.')
+                      'the checkpoints, so give a bucket (gs://BUCKET/run) '
+                      'or an absolute path on a filesystem mounted on every '
+                      'worker (Filestore), with --workdir_is_shared.')
   config_path = args.config.partition(':')[0]
   if os.path.isabs(config_path):
     raise LaunchError(f'--config={args.config!r}: give the path inside the '

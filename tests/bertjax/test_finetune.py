@@ -13,6 +13,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bertjax import finetune
+from bertjax import storage
 from bertjax.models import bert as bert_lib
 from bertjax.models import heads
 
@@ -322,7 +323,7 @@ def _run(pretrained, tasks, workdir, mode, kind='classification', **fields):
 
 
 def _final_params(workdir):
-  directory = os.path.abspath(os.path.join(workdir, 'checkpoints'))
+  directory = storage.absolute(os.path.join(str(workdir), 'checkpoints'))
   with ocp.CheckpointManager(
       directory,
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
@@ -385,6 +386,28 @@ def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks,
   assert all(a[k].tobytes() == b[k].tobytes() for k in a)
   with pytest.raises(finetune.FinetuneError, match='other settings'):
     _run(pretrained, tasks, tmp_path / 'a', 'frozen')
+
+
+@pytest.mark.e2e
+def test_a_pretrained_run_and_a_workdir_in_a_bucket(pretrained, tasks,
+                                                   gcs_bucket, tmp_path):
+  """The pretrained run copied into a bucket (a Cloud Storage API on
+  localhost) and fine-tuned there: the local fine-tuning's metrics and
+  parameters, bit for bit, and a rerun resumes from the bucket."""
+  bucket_run = f'{gcs_bucket}/finetune/pretrained'
+  for path in storage.find(str(pretrained)):
+    storage.upload(path, os.path.join(bucket_run,
+                                      os.path.relpath(path, pretrained)))
+  local = _run(pretrained, tasks, tmp_path / 'local', 'full')
+  remote = _run(bucket_run, tasks, f'{gcs_bucket}/finetune/out', 'full')
+  again = _run(bucket_run, tasks, f'{gcs_bucket}/finetune/out', 'full')
+  assert local['metrics'] == remote['metrics'] == again['metrics']
+  a = _final_params(tmp_path / 'local')
+  b = _final_params(f'{gcs_bucket}/finetune/out')
+  assert all(a[k].tobytes() == b[k].tobytes() for k in a)
+  assert json.loads(storage.read_text(
+      f'{gcs_bucket}/finetune/out/{finetune.RESULT}'))['metrics'] == (
+          local['metrics'])
 
 
 @pytest.mark.e2e

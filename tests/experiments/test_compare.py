@@ -10,6 +10,8 @@ import numpy as np
 
 import pytest
 
+from bertjax import storage
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 CONFIGS = os.path.join(REPO, 'experiments', 'configs')
@@ -235,16 +237,20 @@ def test_report_and_plots_from_rows(tmp_path):
       assert f.read(4) == b'\x89PNG'
 
 
-def test_a_torn_last_row_is_cut_off_and_rerun(tmp_path):
-  path = tmp_path / compare.ROWS
-  path.write_text('{"key": "a", "kind": "pretrain"}\n{"key": "b", "ki')
-  rows = compare.Rows(str(path))
+@pytest.mark.parametrize('where', ['local', 'bucket'])
+def test_a_torn_last_row_is_cut_off_and_rerun(tmp_path, request, where):
+  base = (str(tmp_path) if where == 'local' else
+          f'{request.getfixturevalue("gcs_bucket")}/compare-rows')
+  path = os.path.join(base, compare.ROWS)
+  storage.write_text(path, '{"key": "a", "kind": "pretrain"}\n{"key": "b", "ki')
+  rows = compare.Rows(path)
   assert [r['key'] for r in rows.rows] == ['a']
   rows.add({'key': 'c'})
-  assert [r['key'] for r in compare.Rows(str(path)).rows] == ['a', 'c']
-  path.write_text('{"key": "a"}\nnot json\n{"key": "b"}\n')
+  rows.add({'key': 'd'})
+  assert [r['key'] for r in compare.Rows(path).rows] == ['a', 'c', 'd']
+  storage.write_text(path, '{"key": "a"}\nnot json\n{"key": "b"}\n')
   with pytest.raises(compare.CompareError, match='line 2'):
-    compare.Rows(str(path))
+    compare.Rows(path)
 
 
 @pytest.mark.e2e

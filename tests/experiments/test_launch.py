@@ -191,6 +191,19 @@ def test_tpu_runtime_follows_the_generation(runtime_for, accelerator):
   assert tpu_pod.runtime_version(accelerator) == runtime_for
 
 
+def test_tpu_a_bucket_workdir_needs_no_shared_filesystem(capsys,
+                                                        no_subprocess):
+  args = [a for a in TPU_ARGS if a not in (
+      '--workdir=/mnt/runs/bert-base', '--workdir_is_shared',
+      '--data_dir=/mnt/data')] + ['--workdir=gs://b/runs/bert-base',
+                                  '--data_dir=gs://b/data', '--dry_run']
+  status, out, _ = _main(tpu_pod, args, capsys)
+  assert status == 0
+  assert ('BERTJAX_DATA_DIR=gs://b/data python3 -m bertjax.train '
+          '--config=experiments/configs/bert.py:size=base '
+          '--workdir=gs://b/runs/bert-base --multihost=on') in out
+
+
 @pytest.mark.parametrize('change, message', [
     (['--accelerator_type=v4'], 'GENERATION-SIZE'),
     (['--accelerator_type=tpu-v4-32'], 'GENERATION-SIZE'),
@@ -201,7 +214,6 @@ def test_tpu_runtime_follows_the_generation(runtime_for, accelerator):
     (['--spot', '--preemptible'], 'pick one'),
     (['--repo_url=https://x/b.git'], 'go together'),
     (['--detach'], 'kill it'),
-    (['--workdir=gs://bucket/run'], 'gcsfuse'),
     (['--workdir=relative'], 'absolute path'),
     (['--config=/abs/bert.py'], 'inside the repository'),
     (['--config=experiments/configs/nope.py'], 'no file'),

@@ -39,7 +39,8 @@ def _inject(kind: str, at: int) -> None:
 
     def write_manifest(step_dir):
       seal(step_dir)
-      if os.path.basename(step_dir).startswith(f'{at}.'):
+      # A local step's temporary directory, or a bucket's step in place.
+      if os.path.basename(step_dir).split('.')[0] == str(at):
         _kill()
     checkpoint.write_manifest = write_manifest
   elif kind == 'kill_while_writing':

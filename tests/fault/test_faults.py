@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from bertjax import storage
+from bertjax.interop import hf_convert
 from bertjax.runtime import checkpoint
 from bertjax.runtime import preemption
 import fault_helpers
@@ -79,6 +81,32 @@ def test_sigkill_during_a_save_resumes_from_the_previous(
   assert 'resumed from the checkpoint at step 8' in result.stdout
   assert not glob.glob(os.path.join(directory, '*tmp*'))
   _assert_identical(reference, workdir)
+
+
+def test_a_run_in_a_bucket_is_killed_resumed_and_exported(
+    reference, data_dir, gcs_bucket, tmp_path):
+  """Workdir and data in a bucket (a Cloud Storage API on localhost):
+  killed while saving step 12 (every file written, the commit file not),
+  the resumed run ends identical to the local one, and its export into the
+  bucket is the local run's export."""
+  workdir, data = f'{gcs_bucket}/fault/run', f'{gcs_bucket}/fault/data'
+  result = _run(workdir, data, fault='kill_before_commit:12', check=False)
+  assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+  directory = f'{workdir}/checkpoints'
+  assert checkpoint.latest_step(directory) == 8
+  assert storage.exists(f'{directory}/12/{checkpoint.MANIFEST}')
+  result = _run(workdir, data)
+  assert 'resumed from the checkpoint at step 8' in result.stdout
+  assert not storage.exists(f'{directory}/12/{checkpoint.MANIFEST}') or (
+      storage.exists(f'{directory}/12/commit_success.txt'))
+  assert fault_helpers.kill_resume.compare(reference, workdir) == []
+  assert storage.read_bytes(f'{workdir}/metrics.jsonl') == open(
+      os.path.join(reference, 'metrics.jsonl'), 'rb').read()
+  hf_convert.export_run(workdir, f'{gcs_bucket}/fault/export')
+  hf_convert.export_run(reference, str(tmp_path / 'export'))
+  for name in ('model.safetensors', 'config.json', 'tokenizer.json'):
+    assert storage.read_bytes(f'{gcs_bucket}/fault/export/{name}') == (
+        tmp_path / 'export' / name).read_bytes(), name
 
 
 def test_sigterm_checkpoints_the_next_step_and_exits_75(
