@@ -3,6 +3,7 @@
 import setuptools
 
 _BEAM = ['apache-beam>=2.60,<3']
+_TPU_AOT = ['jax[tpu]>=0.10,<0.11']
 
 setuptools.setup(
     name='bertjax',
@@ -60,7 +61,10 @@ setuptools.setup(
                  'hypothesis>=6.100,<7', 'scipy>=1.11,<2',
                  'matplotlib>=3.9,<4', 'torch>=2.6,<=2.13.0',
                  'transformers>=5,<6', 'gcp-storage-emulator>=2024.8,<2027',
-                 *_BEAM],
+                 *_BEAM, *_TPU_AOT],
+        # The TPU compiler, for python -m bertjax.preflight on any x86-64
+        # Linux host: jax's own extra, so libtpu is the installed jax's pair.
+        'tpu-aot': _TPU_AOT,
         # Preparing a corpus as an Apache Beam pipeline
         # (data_pipelines/beam.py; python -m data_pipelines.prepare
         # --runner=beam).

@@ -36,7 +36,8 @@ PEAK_BF16_FLOPS = (
     ('H200', 989e12), ('H100 PCIe', 756e12), ('H100', 989e12),
     ('A100', 312e12),
     ('TPU v6', 918e12), ('TPU v5p', 459e12), ('TPU v5 lite', 197e12),
-    ('TPU v5e', 197e12), ('TPU v4', 275e12),
+    ('TPU v5e', 197e12), ('TPU v5', 459e12),   # v5p reports 'TPU v5'.
+    ('TPU v4', 275e12),
 )
 
 

@@ -6,8 +6,13 @@ import subprocess
 import sys
 import time
 
-import jax
-import pytest
+# The suite runs on the CPU. The test extra installs libtpu (the TPU
+# compiler the pre-flight tests use), which JAX would otherwise try to
+# start as a backend in every process, and fail with a page of warnings.
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # JAX's persistent compilation cache, read and written by this run's tests,
 # in both xdist workers and in the trainers they start as subprocesses

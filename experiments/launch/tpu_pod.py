@@ -10,6 +10,11 @@ Everything after ``--`` goes to ``bertjax.train`` as it is (any
 order and shell-quoted, and runs none of them. Without it each command is
 printed as it starts and the launcher stops at the first that fails.
 
+0. ``python -m bertjax.preflight`` here (``--preflight=on``, the default;
+   needs ``pip install '.[tpu-aot]'``): the config's train step compiled
+   for the accelerator type on this machine, with the ``--config.*``
+   overrides; a config that does not compile or fit stops the launch before
+   a slice is created or used. ``--preflight=off`` skips it.
 1. ``gcloud compute tpus tpu-vm describe``: reuse the slice if it exists
    (it must be READY and of the same accelerator type); otherwise
    ``create`` it (``--spot`` or ``--preemptible`` if asked).
@@ -102,8 +107,8 @@ RECREATE_KINDS = ('create', 'copy', 'unpack', 'clone', 'install')
 
 class Step(NamedTuple):
   """One command of the launch. ``kind`` says how ``execute`` treats it."""
-  kind: str   # describe, create, check, archive, copy, unpack, clone,
-              # install, train, follow, delete_preempted, delete
+  kind: str   # preflight, describe, create, check, archive, copy, unpack,
+              # clone, install, train, follow, delete_preempted, delete
   note: str   # What it is for; printed above the command.
   argv: tuple[str, ...]
 
@@ -185,7 +190,17 @@ def plan(args, overrides: list[str]) -> list[Step]:
             f'--command={command}')
 
   version = args.version or runtime_version(args.accelerator_type)
-  steps = [
+  steps = []
+  if args.preflight == 'on':
+    steps.append(Step(
+        'preflight', 'Compile the train step for this slice here first (a '
+        'config that cannot fit stops the launch before any slice exists):',
+        (sys.executable, '-m', 'bertjax.preflight',
+         f'--config={os.path.join(REPO, args.config)}',
+         f'--topology={args.accelerator_type}',
+         f'--out={os.path.join(tempfile.gettempdir(), f"bertjax-preflight-{name}")}',
+         *[o for o in overrides if o.startswith('--config.')])))
+  steps += [
       Step('describe', 'Reuse the slice if it exists:',
            (*tpu, 'describe', name, *where,
             '--format=value(state,acceleratorType)')),
@@ -400,7 +415,14 @@ def execute(steps: list[Step], accelerator_type: str,
   try:
     exists = False
     for step in steps:
-      if step.kind == 'describe':
+      if step.kind == 'preflight':
+        if _run(step, cwd=REPO, env=dict(os.environ,
+                                         JAX_PLATFORMS='cpu')).returncode:
+          raise LaunchError('the pre-flight found that the config does not '
+                            'compile or fit on this slice (its output is '
+                            'above); fix the config, or skip the check with '
+                            '--preflight=off.')
+      elif step.kind == 'describe':
         exists = _slice_exists(step, accelerator_type, run)
         slice_up = exists
       elif step.kind == 'create':
@@ -494,6 +516,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                       help='train under nohup and follow worker 0\'s log.')
   parser.add_argument('--delete_after', action='store_true',
                       help='delete the slice when the launcher ends.')
+  parser.add_argument('--preflight', choices=('on', 'off'), default='on',
+                      help='compile the train step for the slice on this '
+                      "machine first (bertjax.preflight; needs pip install "
+                      "'.[tpu-aot]') and stop if it does not fit.")
   parser.add_argument('--dry_run', action='store_true',
                       help='print the commands; run nothing.')
   return parser.parse_args(own), overrides

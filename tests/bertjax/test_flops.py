@@ -103,6 +103,7 @@ def test_distillation_adds_the_teachers_forward_only():
     ('NVIDIA H100 PCIe', 756e12),
     ('NVIDIA A100-SXM4-40GB', 312e12), ('TPU v4', 275e12),
     ('TPU v5 lite', 197e12), ('TPU v5p', 459e12), ('TPU v6 lite', 918e12),
+    ('TPU v5', 459e12),   # What jax reports for a v5p (its topology's).
     ('cpu', None)])
 def test_peak_by_device_kind(kind, peak):
   assert flops.peak_flops(kind) == peak

@@ -5,6 +5,7 @@ import importlib.util
 import os
 import shlex
 import subprocess
+import tempfile
 
 import pytest
 
@@ -34,7 +35,7 @@ TPU_ARGS = ['--name=bert-base', '--zone=us-central2-b', '--project=my-proj',
             '--workdir_is_shared',
             '--config=experiments/configs/bert.py:size=base',
             '--archive=/tmp/src.tar.gz', '--data_dir=/mnt/data',
-            '--delete_after']
+            '--delete_after', '--preflight=off']
 GCLOUD = 'gcloud compute tpus tpu-vm'
 WHERE = '--zone=us-central2-b --project=my-proj'
 TPU_DRY_RUN = f"""\
@@ -104,8 +105,9 @@ class FakeRun:
                fail=None):
     self.calls, self.describe, self.fail = [], describe, fail
 
-  def __call__(self, argv, check=False, capture_output=False, text=False):
-    del check, capture_output, text
+  def __call__(self, argv, check=False, capture_output=False, text=False,
+               **kwargs):
+    del check, capture_output, text, kwargs
     self.calls.append(list(argv))
     code, out, err = (self.describe if 'describe' in argv else
                       (1, '', '') if self.fail and self.fail in argv else
@@ -144,6 +146,33 @@ def test_tpu_dry_run_prints_every_command_in_order(capsys, no_subprocess):
   assert out == TPU_DRY_RUN
 
 
+def test_tpu_dry_run_shows_the_preflight_first(capsys, no_subprocess):
+  args = [a for a in TPU_ARGS if a != '--preflight=off']
+  status, out, _ = _main(tpu_pod, args + ['--dry_run', '--'] + OVERRIDES,
+                         capsys)
+  assert status == 0
+  note, command = out.splitlines()[:2]
+  assert 'cannot fit stops the launch' in note
+  assert shlex.split(command)[1:] == [
+      '-m', 'bertjax.preflight',
+      f'--config={REPO}/experiments/configs/bert.py:size=base',
+      '--topology=v4-32',
+      f'--out={os.path.join(tempfile.gettempdir(), "bertjax-preflight-bert-base")}',
+      *OVERRIDES]
+  assert out.splitlines()[2:] == TPU_DRY_RUN.splitlines()
+
+
+def test_tpu_a_failed_preflight_stops_before_any_slice(monkeypatch, capsys):
+  fake = FakeRun(fail='bertjax.preflight')
+  monkeypatch.setattr(tpu_pod.subprocess, 'run', fake)
+  monkeypatch.setattr(tpu_pod.shutil, 'which', lambda name: '/bin/' + name)
+  args = [a for a in TPU_ARGS if a != '--preflight=off']
+  status, _, err = _main(tpu_pod, args, capsys)
+  assert status == 1
+  assert [argv[1:3] for argv in fake.calls] == [['-m', 'bertjax.preflight']]
+  assert '--preflight=off' in err
+
+
 def test_tpu_overrides_reach_the_trainer_unchanged(capsys, no_subprocess):
   _, out, _ = _main(tpu_pod, TPU_ARGS + ['--dry_run', '--'] + OVERRIDES,
                     capsys)
@@ -162,7 +191,7 @@ def test_tpu_clone_detach_spot(capsys, no_subprocess):
       '--name=b', '--zone=z', '--accelerator_type=v5litepod-16', '--spot',
       '--workdir=/mnt/fs/run', '--workdir_is_shared', '--detach',
       '--config=experiments/configs/bert.py', '--repo_url=https://x/b.git',
-      '--commit=abc123', '--dry_run'], capsys)
+      '--commit=abc123', '--preflight=off', '--dry_run'], capsys)
   assert status == 0
   commands = [line for line in out.splitlines() if not line.startswith('#')]
   assert commands == [
