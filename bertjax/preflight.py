@@ -292,17 +292,6 @@ def vocab_size(cfg) -> int:
   return cfg.data.tokenizer.vocab_size
 
 
-def _memory(compiled) -> dict:
-  m = compiled.memory_analysis()
-  figures = {'arguments': m.argument_size_in_bytes,
-             'outputs': m.output_size_in_bytes,
-             'aliased': m.alias_size_in_bytes,
-             'temporaries': m.temp_size_in_bytes}
-  figures['total'] = (figures['arguments'] + figures['outputs']
-                      - figures['aliased'] + figures['temporaries'])
-  return figures
-
-
 def _cost(compiled) -> dict:
   """XLA's cost analysis of the compiled program (per device)."""
   cost = compiled.cost_analysis()
@@ -360,7 +349,7 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
         out_shardings=sharding.replicated(mesh)).lower(
             abstract_state.params, batch).compile()
     eval_seconds = time.time() - start
-  memory = _memory(train_step)
+  memory = sharding.memory_figures(train_step)
   tokens = cfg.batch_size * cfg.data.max_seq_length
   cost = _cost(train_step)
   compiled_flops = float(cost.get('flops', 0.0))
@@ -369,7 +358,7 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
   bound = compiled_flops / peak
   report.update({
       'memory_bytes': memory,
-      'eval_memory_bytes': _memory(eval_step),
+      'eval_memory_bytes': sharding.memory_figures(eval_step),
       'fits': memory['total'] <= chip.hbm_bytes,
       'margin_bytes': chip.hbm_bytes - memory['total'],
       'flops_per_device': {'compiled': compiled_flops, 'analytic': analytic,
@@ -399,9 +388,9 @@ def _refuse_if_out_of_memory(error: Exception, report: dict,
   text = str(error)
   if 'RESOURCE_EXHAUSTED' not in text:
     return
-  m = re.search(r'\(([\d.]+)([GMK])\) exceeds available HBM \(([\d.]+)'
-                r'([GMK])\)', text)
-  unit = {'G': GIB, 'M': 2.0**20, 'K': 2.0**10}
+  m = re.search(r'\(([\d.]+)([TGMK])\) exceeds available HBM \(([\d.]+)'
+                r'([TGMK])\)', text)
+  unit = {'T': 2.0**40, 'G': GIB, 'M': 2.0**20, 'K': 2.0**10}
   if m:
     report['required_bytes'] = float(m[1]) * unit[m[2]]
     report['available_bytes'] = float(m[3]) * unit[m[4]]
@@ -435,6 +424,17 @@ def advice(cfg, report: dict) -> list[str]:
   return out
 
 
+def _estimate(report: dict) -> str:
+  """The compiler's own step-time estimate, when it is one (this libtpu's
+  is negative, so meaningless, on v4 and v5e: README, "Pre-flight")."""
+  seconds = report.get('compiler_optimal_seconds')
+  if seconds is None or seconds <= 0:
+    return ("the compiler's step-time estimate: none usable "
+            f'(optimal_seconds {seconds})')
+  return (f"the compiler's step-time estimate (compiler-estimated, not a "
+          f'measurement): {seconds * 1e3:.1f} ms')
+
+
 def format_report(report: dict) -> str:
   m, f = report['memory_bytes'], report['flops_per_device']
   b = report['bound_at_peak']
@@ -456,6 +456,7 @@ def format_report(report: dict) -> str:
       f'TFLOP/s per chip; not a measurement): step >= '
       f'{b["min_step_seconds"] * 1e3:.1f} ms, <= '
       f'{b["max_tokens_per_second"]:,.0f} tokens/s',
+      _estimate(report),
       'collectives per train step (count, result bytes per device, by mesh '
       'axes):']
   for op, by_axes in sorted(report['collectives'].items()):

@@ -251,6 +251,25 @@ class DeviceMemoryError(ValueError):
   """The compiled step needs more memory than a device has."""
 
 
+def memory_figures(compiled) -> dict | None:
+  """The compiled step's bytes per device: arguments, outputs, aliased
+  (donated), temporaries and their total; None where the backend has no
+  memory analysis."""
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except  # Not on every backend.
+    m = None
+  if m is None:
+    return None
+  figures = {'arguments': m.argument_size_in_bytes,
+             'outputs': m.output_size_in_bytes,
+             'aliased': m.alias_size_in_bytes,
+             'temporaries': m.temp_size_in_bytes}
+  figures['total'] = (figures['arguments'] + figures['outputs']
+                      - figures['aliased'] + figures['temporaries'])
+  return figures
+
+
 def memory_report(compiled, device) -> tuple[str, dict]:
   """The compiled step's per-device memory, checked against ``device``.
 
@@ -259,18 +278,9 @@ def memory_report(compiled, device) -> tuple[str, dict]:
   temporaries exceed the device's memory. Backends without a memory
   analysis (or without a known capacity, like the CPU) report what they can.
   """
-  try:
-    m = compiled.memory_analysis()
-  except Exception:  # pylint: disable=broad-except  # Not on every backend.
-    m = None
-  if m is None:
+  figures = memory_figures(compiled)
+  if figures is None:
     return 'memory analysis: not available on this backend', {}
-  figures = {'arguments': m.argument_size_in_bytes,
-             'outputs': m.output_size_in_bytes,
-             'aliased': m.alias_size_in_bytes,
-             'temporaries': m.temp_size_in_bytes}
-  figures['total'] = (figures['arguments'] + figures['outputs']
-                      - figures['aliased'] + figures['temporaries'])
   stats = device.memory_stats() if hasattr(device, 'memory_stats') else None
   capacity = (stats or {}).get('bytes_limit')
   gib = 2.0**30

@@ -69,7 +69,7 @@ def run_one(model: str, topology: str, out: str) -> dict | None:
     said = result.stderr[result.stderr.rfind('preflight:'):] if (
         'preflight:' in result.stderr) else ''
     with open(os.path.join(directory, 'report.txt'), 'w') as f:
-      f.write(result.stdout + said)
+      f.write((result.stdout + said).replace(REPO + os.sep, ''))
     print(result.stdout + f'({time.time() - start:.0f} s, exit '
           f'{result.returncode})', flush=True)
     if not os.path.exists(path):

@@ -524,22 +524,25 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   staging = (os.path.join(tempfile.mkdtemp(prefix='bertjax-export-'), 'out')
              if remote else f'{out_dir.rstrip(os.sep)}.partial{os.getpid()}')
   written = []
-  for part in parts:
-    directory = os.path.join(staging, part) if part else staging
-    write_model(directory, hf_state_dict(run.params, cfg, family,
-                                         run.vocab_size, part),
-                hf_config(cfg, family, run.vocab_size, part=part))
-    hf_tokenizer.save_tokenizer(tokenizer, directory, family,
-                                model_max_length=cfg.data.max_seq_length)
-    _write_readme(directory, run, family, part, left_out(cfg, family))
-    written.append(os.path.join(out_dir, part) if part else out_dir)
-  if remote:
-    for path in storage.find(staging):
-      storage.upload(path, os.path.join(out_dir,
-                                        os.path.relpath(path, staging)))
-    shutil.rmtree(os.path.dirname(staging))
-  else:
-    os.replace(staging, out_dir)
+  try:
+    for part in parts:
+      directory = os.path.join(staging, part) if part else staging
+      write_model(directory, hf_state_dict(run.params, cfg, family,
+                                           run.vocab_size, part),
+                  hf_config(cfg, family, run.vocab_size, part=part))
+      hf_tokenizer.save_tokenizer(tokenizer, directory, family,
+                                  model_max_length=cfg.data.max_seq_length)
+      _write_readme(directory, run, family, part, left_out(cfg, family))
+      written.append(os.path.join(out_dir, part) if part else out_dir)
+    if remote:
+      for path in storage.find(staging):
+        storage.upload(path, os.path.join(out_dir,
+                                          os.path.relpath(path, staging)))
+    else:
+      os.replace(staging, out_dir)
+  finally:   # A failed export leaves nothing behind; a finished one, no copy.
+    shutil.rmtree(os.path.dirname(staging) if remote else staging,
+                  ignore_errors=True)
   return written
 
 

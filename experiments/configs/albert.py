@@ -6,7 +6,9 @@ google-research/albert (run_pretraining.py, create_pretraining_data.py,
 lamb_optimizer.py, the v2 model configs):
 
 - model: base = 12 layers, H 768, 12 heads, FFN 3072; large = 24 layers,
-  H 1024, 16 heads, FFN 4096; embedding size E = 128 projected to H; one set
+  H 1024, 16 heads, FFN 4096; xlarge = 24 layers, H 2048, 16 heads, FFN
+  8192; xxlarge = 12 layers, H 4096, 64 heads, FFN 16384 (the heads and
+  FFN widths from the v2 configs); embedding size E = 128 projected to H; one set
   of layer weights shared by all layers (num_hidden_groups = 1); dropout 0
   (Sec. 4.9 and the v2 configs); vocabulary 30,000 SentencePiece pieces;
 - data: sentence-order prediction pairs (consecutive segments, swapped with
@@ -36,9 +38,11 @@ The sentence-pair head and its metrics keep the trunk's ``nsp`` names.
 """
 
 from bertjax import config_lib
+from bertjax.models import bert as bert_lib
 
 # (layers, hidden, heads, FFN) per size, Table 1; E = 128 for all.
-SIZES = {'base': (12, 768, 12, 3072), 'large': (24, 1024, 16, 4096)}
+SIZES = {'base': (12, 768, 12, 3072), 'large': (24, 1024, 16, 4096),
+         'xlarge': (24, 2048, 16, 8192), 'xxlarge': (12, 4096, 64, 16384)}
 
 
 def get_config(arg=None):
@@ -48,7 +52,9 @@ def get_config(arg=None):
   layers, hidden, heads, ffn = SIZES[args['size']]
   c = config_lib.base_config()
   m = c.model
-  m.size = args['size']
+  # model.size names a BERT size (the dimensions left at 0 come from it);
+  # ALBERT's larger sizes set every dimension.
+  m.size = args['size'] if args['size'] in bert_lib.SIZES else 'large'
   m.num_layers, m.hidden_size, m.num_heads = layers, hidden, heads
   m.intermediate_size = ffn
   m.embedding_size = 128

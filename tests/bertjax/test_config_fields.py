@@ -334,7 +334,8 @@ def test_misspelt_and_missing_fields_fail():
 PRESETS = {
     'bert': [None, 'size=large', 'size=base,phase=2', 'size=large,phase=2'],
     'bert_wwm': [None], 'ngram_masking': [None], 'span_masking': [None],
-    'albert': ['size=base', 'size=large'], 'spanbert': [None],
+    'albert': ['size=base', 'size=large', 'size=xlarge', 'size=xxlarge'],
+    'spanbert': [None],
     'roberta': ['size=base', 'size=large'],
     'electra': ['size=small', 'size=base'], 'demo': [None],
     'mixture': [None, 'size=base'],

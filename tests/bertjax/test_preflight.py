@@ -110,6 +110,22 @@ def test_bad_topologies_are_refused(accelerator, message):
     preflight.topology(accelerator)
 
 
+@pytest.mark.parametrize('needed, usable, expected', [
+    ('26.56G', '15.75G', (26.56 * 2**30, 15.75 * 2**30)),
+    ('1.08T', '30.75G', (1.08 * 2**40, 30.75 * 2**30))])
+def test_the_compilers_out_of_memory_is_a_refusal(needed, usable, expected):
+  error = RuntimeError(
+      'RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory '
+      f'required for HLO temporaries ({needed}) exceeds available HBM '
+      f'({usable}).')
+  report = {}
+  with pytest.raises(preflight.DoesNotFit, match='RESOURCE_EXHAUSTED'):
+    preflight._refuse_if_out_of_memory(error, report, 1.0)  # pylint: disable=protected-access
+  assert (report['required_bytes'], report['available_bytes']) == (
+      pytest.approx(expected[0]), pytest.approx(expected[1]))
+  assert not report['fits']
+
+
 def test_without_libtpu_the_error_names_the_extra(monkeypatch):
   monkeypatch.setattr(preflight.importlib.util, 'find_spec',
                       lambda name: None)
