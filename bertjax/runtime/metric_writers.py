@@ -32,9 +32,7 @@ import tensorboardX
 from bertjax import storage
 
 UPLOAD_EVERY_SECONDS = 30.0
-
-
-_JSONL = ('metrics.jsonl', 'throughput.jsonl')
+_JSONL = ('metrics.jsonl', 'throughput.jsonl')   # Continued on resume.
 
 
 def logged_lines(path: str) -> list[tuple[str, dict]]:
