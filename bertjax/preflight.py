@@ -179,8 +179,7 @@ _SHAPE = re.compile(r'(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\]')
 
 
 def _shape_bytes(text: str) -> int:
-  """Bytes of an HLO shape (a tuple's: the sum; a -start op's tuple holds
-  its operands and results, so only the last half, the results)."""
+  """Bytes of an HLO shape (a tuple's: the sum of its arrays')."""
   sizes = [_DTYPE_BYTES.get(m['dtype'], 0) * math.prod(
       int(d) for d in m['dims'].split(',') if d) for m in _SHAPE.finditer(
           text)]
@@ -266,7 +265,7 @@ def collectives(hlo_text: str, mesh, num_slices: int = 1) -> dict:
     elif m:
       size = _shape_bytes(m['shape'])
       if m['start'] and m['shape'].startswith('('):
-        size //= 2
+        size //= 2   # An async start's tuple: its operands, then results.
       entry = found[m['op']][_axes_of(_groups(line), shape, names)]
     else:
       continue
@@ -333,8 +332,7 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
     abstract_state, state_sh = sharding.state_shardings(
         steps.init_state, mesh, rules)
     sharding.check_divisible(abstract_state, mesh)
-    batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sh)
-             for k, (shape, dtype) in spec.items()}
+    batch = train.abstract_batch(spec, batch_sh)
     start = time.time()
     try:
       train_step = train.compile_train_step(steps, mesh, state_sh, batch_sh,
@@ -344,10 +342,8 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
       raise
     train_seconds = time.time() - start
     start = time.time()
-    eval_step = jax.jit(
-        steps.eval_step, in_shardings=(state_sh.params, batch_sh),
-        out_shardings=sharding.replicated(mesh)).lower(
-            abstract_state.params, batch).compile()
+    eval_step = train.jit_eval_step(steps, mesh, state_sh, batch_sh).lower(
+        abstract_state.params, batch).compile()
     eval_seconds = time.time() - start
   memory = sharding.memory_figures(train_step)
   tokens = cfg.batch_size * cfg.data.max_seq_length
@@ -356,6 +352,7 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
   analytic = task.flops_per_token * tokens / mesh.size
   peak = flops.peak_flops(devices[0].device_kind)
   bound = compiled_flops / peak
+  train_hlo = train_step.as_text()   # Several MB for BERT-base: once.
   report.update({
       'memory_bytes': memory,
       'eval_memory_bytes': sharding.memory_figures(eval_step),
@@ -372,10 +369,10 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
       # The compiler's own whole-program time estimate (seconds), kept as
       # it reports it: README, "Pre-flight", says what it is worth.
       'compiler_optimal_seconds': cost.get('optimal_seconds'),
-      'collectives': collectives(train_step.as_text(), mesh, num_slices),
+      'collectives': collectives(train_hlo, mesh, num_slices),
       'compile_seconds': {'train_step': train_seconds,
                           'eval_step': eval_seconds},
-      '_hlo': {'train_step': train_step.as_text(),
+      '_hlo': {'train_step': train_hlo,
                'eval_step': eval_step.as_text()},
   })
   return report

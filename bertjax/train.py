@@ -475,6 +475,19 @@ def compile_train_step(steps: Steps, mesh, state_sh, batch_sh,
                       abstract_state, abstract_batch)
 
 
+def jit_eval_step(steps: Steps, mesh, state_sh, batch_sh):
+  """The eval step, jitted for these shardings: (params, global batch) ->
+  metric sums, replicated."""
+  return jax.jit(steps.eval_step, in_shardings=(state_sh.params, batch_sh),
+                 out_shardings=sharding.replicated(mesh))
+
+
+def abstract_batch(global_spec: dict, batch_sh) -> dict:
+  """Shapes, dtypes and sharding of a global batch, without data."""
+  return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sh)
+          for k, (shape, dtype) in global_spec.items()}
+
+
 class Compiled(NamedTuple):
   """The state's shardings and the steps compiled for them."""
   abstract_state: TrainState  # Shapes, dtypes and shardings; no buffers.
@@ -503,14 +516,11 @@ def shard_and_compile(steps: Steps, place: Placement, global_spec: dict,
     say(f'warning: {warning}')
   say(f'parameters: {layout.splitlines()[-1]} (the layout of every leaf '
       f'is in {os.path.join(workdir, _SHARDING_REPORT)})')
-  abstract_batch = {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sh)
-                    for k, (shape, dtype) in global_spec.items()}
   t0 = time.time()
   step_fn = compile_train_step(steps, mesh, state_sh, batch_sh,
-                               abstract_state, abstract_batch)
-  eval_fn = jax.jit(steps.eval_step,
-                    in_shardings=(state_sh.params, batch_sh),
-                    out_shardings=sharding.replicated(mesh))
+                               abstract_state,
+                               abstract_batch(global_spec, batch_sh))
+  eval_fn = jit_eval_step(steps, mesh, state_sh, batch_sh)
   seconds = time.time() - t0
   memory_text, memory_bytes = sharding.memory_report(
       step_fn, jax.local_devices()[0])
