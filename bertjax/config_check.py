@@ -201,7 +201,9 @@ def _sharing_without_factorization(cfg) -> str | None:
 
 def _script_default_learning_rate(cfg) -> str | None:
   o = cfg.optimizer
-  if (o.name != 'bert_adamw' or cfg.batch_size != 256 or
+  # TinyBERT's general_distill.py takes 5e-5 as its own default.
+  if (cfg.objective.name != 'bert' or o.name != 'bert_adamw' or
+      cfg.batch_size != 256 or
       not math.isclose(o.learning_rate, 5e-5)):
     return None
   return (f'optimizer.learning_rate={o.learning_rate} with '
@@ -272,9 +274,33 @@ def _no_loss(cfg) -> str | None:
           'objective.mlm_weight=1.0.')
 
 
+def _tinybert_stage_without_loss(cfg) -> str | None:
+  """Each TinyBERT stage trains on its own weights; all 0 trains nothing."""
+  if cfg.objective.name != 'tinybert':
+    return None
+  t = cfg.tinybert
+  first = min(t.intermediate_steps, cfg.total_steps)
+  stages = (
+      ('intermediate-layer', first, ('embedding_weight', 'hidden_weight',
+                                     'attention_weight')),
+      ('prediction-layer', cfg.total_steps - first,
+       ('prediction_weight', 'mlm_weight')))
+  for stage, steps, names in stages:
+    if steps > 0 and not any(t[name] for name in names):
+      weights = ', '.join(f'tinybert.{name}={t[name]}' for name in names)
+      return (f'the {stage} stage runs {steps} steps (tinybert.'
+              f'intermediate_steps={t.intermediate_steps}, total_steps='
+              f'{cfg.total_steps}) with {weights}: its loss is 0, so those '
+              'steps train nothing. Give the stage a weight > 0 (TinyBERT '
+              'weighs each loss 1), or set tinybert.intermediate_steps so '
+              'that it has no steps.')
+  return None
+
+
 _ERRORS: tuple[Callable[..., str | None], ...] = (
     _token_types_out_of_range,
     _no_loss,
+    _tinybert_stage_without_loss,
 )
 
 

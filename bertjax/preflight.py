@@ -330,7 +330,7 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
       'hbm_bytes': chip.hbm_bytes, 'jax': jax.__version__}
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     abstract_state, state_sh = sharding.state_shardings(
-        steps.init_state, mesh, rules)
+        steps.init_state, mesh, rules, *train.init_inputs(steps))
     sharding.check_divisible(abstract_state, mesh)
     batch = train.abstract_batch(spec, batch_sh)
     start = time.time()

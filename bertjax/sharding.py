@@ -156,14 +156,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def state_shardings(init_fn: Callable[[], Any], mesh: Mesh, rules):
-  """Abstract (boxed) state and its mesh shardings, from ``init_fn``.
+def state_shardings(init_fn: Callable[..., Any], mesh: Mesh, rules, *args):
+  """Abstract (boxed) state and its mesh shardings, from ``init_fn(*args)``.
 
   ``init_fn`` returns the state with ``nn.Partitioned`` leaves; the returned
   abstract state is unboxed (plain ``ShapeDtypeStruct`` leaves, each with
-  its sharding).
+  its sharding). ``args`` may be shapes (``ShapeDtypeStruct``).
   """
-  boxed = jax.eval_shape(init_fn)
+  boxed = jax.eval_shape(init_fn, *args)
   specs = nn.get_partition_spec(boxed)
   shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
   abstract = jax.tree.map(
@@ -179,9 +179,25 @@ def strip_boxes(tree):
       is_leaf=lambda x: isinstance(x, nn.Partitioned))
 
 
-def create_sharded(init_fn: Callable[[], Any], shardings):
-  """Runs ``init_fn`` under jit so every leaf is created on its shards."""
-  return jax.jit(lambda: strip_boxes(init_fn()), out_shardings=shardings)()
+def create_sharded(init_fn: Callable[..., Any], shardings, *args):
+  """Runs ``init_fn(*args)`` under jit so every leaf is created on its
+  shards. ``args`` are arguments of that one executable, never constants
+  compiled into it (a teacher's parameters: ``place_boxed``); they are
+  donated, so a leaf the state keeps as it is reuses its buffer."""
+  return jax.jit(lambda *a: strip_boxes(init_fn(*a)), out_shardings=shardings,
+                 donate_argnums=tuple(range(len(args))))(*args)
+
+
+def place_boxed(boxed, mesh: Mesh, rules):
+  """Host arrays in ``nn.Partitioned`` boxes, put on ``mesh`` sharded by
+  their logical axes: each process builds only its own devices' shards
+  from its host copy, so no device holds more than its shard."""
+  shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), mesh,
+                                          rules)
+  return jax.tree.map(
+      lambda x, s: jax.make_array_from_callback(
+          x.shape, s, lambda index: x[index]),
+      strip_boxes(boxed), shardings)
 
 
 def check_divisible(abstract_state, mesh: Mesh) -> None:

@@ -155,7 +155,7 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     ckpt = checkpoint_lib.Checkpointer(
         os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
         cfg.keep_checkpoints)
-    state = restore_or_init(cfg, workdir, ckpt, steps, compiled,
+    state = restore_or_init(cfg, workdir, ckpt, steps, compiled, place,
                             data.train_iter)
 
     # ---- Train loop (a preemption notice ends it with Preempted).
@@ -380,13 +380,15 @@ def trainable_parameters(params, trainable=None) -> int:
 class Steps(NamedTuple):
   """What training runs on the devices, before it is sharded and compiled.
 
-  ``init_state()`` -> ``TrainState`` (boxed with logical axes);
-  ``train_step(state, batch)`` -> (state, metrics);
-  ``eval_step(params, batch)`` -> metric sums.
+  ``init_state(*init_inputs(steps))`` -> ``TrainState`` (boxed with
+  logical axes); ``train_step(state, batch)`` -> (state, metrics);
+  ``eval_step(params, batch)`` -> metric sums; ``init_inputs``: the task's
+  (``objectives.Task.init_inputs``: host arrays, boxed), or None.
   """
-  init_state: Callable[[], TrainState]
+  init_state: Callable[..., TrainState]
   train_step: Callable[[TrainState, dict], tuple[TrainState, dict]]
   eval_step: Callable[[Any, dict], dict]
+  init_inputs: Any = None
 
 
 def step_key(cfg, step) -> jax.Array:
@@ -405,10 +407,11 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
   root_key = jax.random.key(cfg.seed)
   eval_key = jax.random.fold_in(root_key, _EVAL_KEY)
 
-  def init_state():
+  def init_state(*inputs):
     dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
              in global_spec.items()}
-    params = task.init(jax.random.fold_in(root_key, _MODEL_KEY), dummy)
+    params = task.init(jax.random.fold_in(root_key, _MODEL_KEY), dummy,
+                       *inputs)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optimizer(params).init(params),
                       health=divergence.init_health())
@@ -423,15 +426,16 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
     return optax.multi_transform({'train': tx, 'frozen': optax.set_to_zero()},
                                  labels)
 
-  def loss_fn(params, batch, key):
+  def loss_fn(params, batch, key, step=None):
     deterministic = key is None
+    staged = {'step': step} if task.staged else {}
     return task.loss(params, batch, eval_key if deterministic else key,
-                     deterministic)
+                     deterministic, **staged)
 
   def train_step(state: TrainState, batch):
     dropout_key = step_key(cfg, state.step)
     (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch, dropout_key)
+        state.params, batch, dropout_key, state.step)
     updates, opt_state = optimizer(state.params).update(
         grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -448,7 +452,21 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
   def eval_step(params, batch):
     return loss_fn(params, batch, None)[1]
 
-  return Steps(init_state, train_step, eval_step)
+  return Steps(init_state, train_step, eval_step, task.init_inputs)
+
+
+def init_inputs(steps: Steps, place: Placement | None = None) -> tuple:
+  """The arguments of ``steps.init_state``: none for most tasks; a task's
+  ``init_inputs`` (a teacher's parameters) placed on ``place``'s mesh by
+  their logical axes, or without ``place`` their shapes (for
+  ``jax.eval_shape``). Arguments, so the init executable does not embed
+  them as constants."""
+  if steps.init_inputs is None:
+    return ()
+  if place is None:
+    return (jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                         sharding.strip_boxes(steps.init_inputs)),)
+  return (sharding.place_boxed(steps.init_inputs, place.mesh, place.rules),)
 
 
 
@@ -506,8 +524,8 @@ def shard_and_compile(steps: Steps, place: Placement, global_spec: dict,
   steps compiled ahead of time; under ``place``'s mesh and rules. Fails
   here, before anything is written, when a device is too small."""
   mesh, batch_sh = place.mesh, place.batch_sh
-  abstract_state, state_sh = sharding.state_shardings(steps.init_state,
-                                                      mesh, place.rules)
+  abstract_state, state_sh = sharding.state_shardings(
+      steps.init_state, mesh, place.rules, *init_inputs(steps))
   sharding.check_divisible(abstract_state, mesh)
   layout, replicated_warnings = sharding.sharding_report(
       abstract_state.params, mesh)
@@ -561,12 +579,15 @@ def write_run_files(cfg, workdir: str, data: InputData, task: objectives.Task,
 
 
 def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
-                    steps: Steps, compiled: Compiled,
+                    steps: Steps, compiled: Compiled, place: Placement,
                     train_iter) -> TrainState:
   """The newest intact checkpoint in ``workdir`` (``train_iter`` resumes
   with it; corrupt ones are set aside, kept), else ``cfg.init_from``'s
-  parameters or state, else a fresh state; born sharded."""
+  parameters or state, else a fresh state; born sharded (a task's init
+  inputs are placed on the mesh only for a fresh state)."""
   abstract_state, state_sh = compiled.abstract_state, compiled.state_sh
+  fresh = lambda: sharding.create_sharded(steps.init_state, state_sh,
+                                          *init_inputs(steps, place))
   # A checkpoint written before the divergence counters existed gets
   # fresh ones.
   restored = ckpt.restore_latest(
@@ -580,14 +601,14 @@ def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
   if cfg.init_from and checkpoint_lib.is_params_only(cfg.init_from):
     # An imported checkpoint (experiments/import_hf.py): its parameters,
     # with this run's fresh optimizer state.
-    state = sharding.create_sharded(steps.init_state, state_sh).replace(
+    state = fresh().replace(
         params=checkpoint_lib.restore_params(cfg.init_from,
                                              abstract_state.params))
     say(f'initialized from the parameters imported in {cfg.init_from}')
     return state
   if cfg.init_from:
     return _init_from(cfg.init_from, abstract_state)
-  return sharding.create_sharded(steps.init_state, state_sh)
+  return fresh()
 
 
 def _init_from(other_workdir: str, abstract_state):

@@ -91,8 +91,8 @@ ROWS = 'rows.jsonl'
 # Held-out pretraining metrics in the table; (column, metric, objectives it
 # means the same thing for). None: every objective.
 COLUMNS = (
-    ('MLM loss', 'eval_mlm_loss', ('bert', 'distillation')),
-    ('MLM acc.', 'eval_mlm_accuracy', ('bert', 'distillation')),
+    ('MLM loss', 'eval_mlm_loss', ('bert', 'distillation', 'tinybert')),
+    ('MLM acc.', 'eval_mlm_accuracy', ('bert', 'distillation', 'tinybert')),
     ('NSP/SOP acc.', 'eval_nsp_accuracy', None),
     ('SBO acc.', 'eval_sbo_accuracy', None),
     ('generator MLM acc.', 'eval_mlm_accuracy', ('electra',)),
@@ -103,7 +103,8 @@ DEFAULT_FINETUNE = os.path.join(_ROOT, 'experiments', 'configs',
                                 'finetune.py')
 # Objective-specific training metrics, one axis each.
 OBJECTIVE_METRICS = ('nsp_accuracy', 'sbo_loss', 'rtd_loss', 'rtd_accuracy',
-                     'kl_loss', 'cos_loss')
+                     'kl_loss', 'cos_loss', 'att_loss', 'hidden_loss',
+                     'pred_loss')
 # Fields that say where files go, not what is computed: left out of a
 # row's settings key, so a rerun elsewhere still finds its rows.
 _LOCATION_FIELDS = ('data_dir', 'tfds_data_dir', 'init', 'teacher_workdir')
@@ -481,7 +482,8 @@ def objective_label(cfg) -> str:
   name = cfg.objective.name
   if name != 'bert':
     return {'electra': 'ELECTRA (MLM+RTD)',
-            'distillation': 'distillation'}.get(name, name)
+            'distillation': 'distillation',
+            'tinybert': 'TinyBERT distillation'}.get(name, name)
   parts = ['MLM']
   if cfg.objective.nsp_weight and cfg.data.layout in ('nsp', 'sop'):
     parts.append(cfg.data.layout.upper())
@@ -878,10 +880,38 @@ def report(plan: Plan, rows: list[dict], command: str,
         cells.append(_mean_pm([r['final'].get(metric)
                                for r in by_seed.values()]) if same else '-')
       lines.append('| ' + ' | '.join(cells) + ' |')
+  lines += _pretrain_differences(plan, pre, budgets)
   groups = downstream_groups(rows, plan.control_repeats)
   if groups:
     lines += _downstream_section(plan, groups, arms, budgets)
   return '\n'.join(lines) + '\n'
+
+
+def _pretrain_differences(plan: Plan, pre: dict, budgets) -> list[str]:
+  """Each arm's held-out MLM loss minus the baseline's, paired by seed
+  (the same seed: the same batches and masks), with its 95% interval over
+  the seeds both have; none where no other arm measures MLM loss."""
+  metric = 'eval_mlm_loss'
+  lines = []
+  for budget in budgets:
+    base = pre.get((plan.baseline, budget), {})
+    for arm in (a.name for a in plan.arms if a.name != plan.baseline):
+      ours = pre.get((arm, budget), {})
+      seeds = sorted(s for s in set(ours) & set(base)
+                     if ours[s]['final'].get(metric) is not None
+                     and base[s]['final'].get(metric) is not None)
+      if not seeds:
+        continue
+      iv = intervals.seed_interval([ours[s]['final'][metric] -
+                                    base[s]['final'][metric] for s in seeds])
+      lines.append(f'| {arm} | {budget} | {", ".join(map(str, seeds))} | '
+                   f'{_iv(iv, signed=True)} |')
+  if not lines:
+    return []
+  return ['', f'Held-out MLM loss minus `{plan.baseline}`\'s, paired by seed '
+          '(95% interval over seeds; bold where it excludes 0):', '',
+          '| arm | budget | seeds | difference |', '| --- | --- | --- | --- |'
+          ] + lines
 
 
 def _downstream_section(plan: Plan, groups: list[Group], arms, budgets

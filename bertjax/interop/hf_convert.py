@@ -71,6 +71,10 @@ _LEFT_OUT = {
     'nsp': 'the pooler and the sentence-pair (NSP) head, which RoBERTa has '
            'not (trained with `objective.nsp_weight=0`, they were never '
            'updated)',
+    'tinybert': 'the teacher and the projections from the student\'s width '
+                'to the teacher\'s (TinyBERT\'s W_e and W_h), which only '
+                'distillation uses; the pooler and NSP head are exported as '
+                'initialised (TinyBERT\'s losses never update them)',
 }
 
 
@@ -321,8 +325,8 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
   """``params`` (a run's, nested arrays) as the tensors of ``family``'s
   transformers class, float32, the vocabulary trimmed to ``vocab_size``."""
   model_cfg = _model_config(cfg, vocab_size)
-  if family == 'distilbert':   # The student, beside its teacher.
-    params = params['student']
+  if family != 'electra':   # A distilled student, beside its teacher.
+    params = objectives.get(cfg.objective.name).encoder_params(params)
   params = _unscanned(params, model_cfg.num_layers)
   state = {}
   for hf, path, conversion in rules(family, _dims(cfg, model_cfg), part):
@@ -495,6 +499,8 @@ def left_out(cfg, family: str) -> list[str]:
     out.append(_LEFT_OUT['sbo'])
   if family == 'roberta':
     out.append(_LEFT_OUT['nsp'])
+  if cfg.objective.name == 'tinybert':
+    out.append(_LEFT_OUT['tinybert'])
   return out
 
 

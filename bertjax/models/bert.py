@@ -287,15 +287,23 @@ class SelfAttention(nn.Module):
     # mask [B, 1, Lq, Lk]: padding keys are never attended to.
     mask = (attention_mask if attention_mask.ndim == 4 else
             attention_mask[:, None, None, :].astype(bool))
-    if not deterministic and cfg.attention_dropout_rate > 0:
-      # jax.nn.dot_product_attention has no dropout: attention dropout needs
-      # the explicit softmax.
+    dropout = not deterministic and cfg.attention_dropout_rate > 0
+    # Applied with mutable=['intermediates'] (TinyBERT's distillation), the
+    # layer also records its scores.
+    record = self.is_mutable_collection('intermediates')
+    if dropout or record:
+      # jax.nn.dot_product_attention has no dropout and does not return its
+      # scores: both need the explicit softmax.
       logits = jnp.einsum('BLHK,BMHK->BHLM', q, k) / jnp.sqrt(
           cfg.head_dim).astype(cfg.dtype)
+      if record:
+        # The unnormalised scores [B, H, L, L], 0 where a key is masked.
+        self.sow('intermediates', 'attention_scores',
+                 jnp.where(mask, logits, 0).astype(jnp.float32))
       logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
       probs = jax.nn.softmax(logits.astype(jnp.float32)).astype(cfg.dtype)
       probs = nn.Dropout(cfg.attention_dropout_rate)(
-          probs, deterministic=False)
+          probs, deterministic=not dropout)
       out = jnp.einsum('BHLM,BMHK->BLHK', probs, v)
     else:
       out = jax.nn.dot_product_attention(
@@ -560,10 +568,19 @@ class BertForPreTraining(nn.Module):
 
   def encode(self, input_ids, token_type_ids, attention_mask,
              deterministic: bool = True):
-    """Sequence output [B, L, D]."""
+    """Sequence output [B, L, D]. Applied with
+    ``mutable=['intermediates']``, also records every hidden state
+    (``hidden_states``: the embeddings' output, then each layer's) and each
+    layer's attention scores (``attention_scores``; SelfAttention)."""
     x = self.embeddings(input_ids, token_type_ids, deterministic)
-    return run_layers(self.cfg, self.layers, x, input_ids, attention_mask,
-                      deterministic)
+    record = self.is_mutable_collection('intermediates')
+    states = run_layers(self.cfg, self.layers, x, input_ids, attention_mask,
+                        deterministic, all_layers=record)
+    if not record:
+      return states
+    for state in states:
+      self.sow('intermediates', 'hidden_states', state)
+    return states[-1]
 
   def __call__(self, input_ids, token_type_ids, attention_mask,
                masked_positions, masked_unit_start=None,

@@ -5,8 +5,12 @@ The trainer (train.py) is the same for every member of the BERT family; what
 differs is how the parameters are created and what the loss is. A ``Task``
 holds both, as pure functions:
 
-  init(key, batch) -> params          boxed with logical axis names
-  loss(params, batch, key, deterministic) -> (loss, metric sums)
+  init(key, batch[, inputs]) -> params
+                                      boxed with logical axis names;
+                                      ``inputs`` only for a task with
+                                      ``init_inputs`` (a teacher)
+  loss(params, batch, key, deterministic[, step]) -> (loss, metric sums)
+                                      ``step`` only for a ``staged`` task
   trainable(params) -> bool pytree    False for frozen leaves (a teacher);
                                       called on boxed and plain params, so
                                       a box counts as one leaf
@@ -41,6 +45,14 @@ class Task:
   trainable: Callable[[Any], Any] | None = None   # None: every leaf.
   # Training FLOPs per real token (bertjax/flops.py), for MFU and compare.
   flops_per_token: float = 0.0
+  # Host arrays that ``init`` takes as its third argument (a distillation
+  # teacher's parameters), in ``nn.Partitioned`` boxes: the trainer places
+  # them on the mesh by their logical axes and passes them in, so no
+  # compiled program holds them as constants. None: ``init(key, batch)``.
+  init_inputs: Any = None
+  # Whether ``loss`` takes the train step's number as ``step=`` (its loss
+  # changes by stage: TinyBERT); evaluation passes ``step=None``.
+  staged: bool = False
 
 
 def model_inputs(batch: dict) -> tuple:

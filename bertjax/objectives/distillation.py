@@ -27,21 +27,18 @@ This run's ``model`` section gives the student's dropout rates and dtypes
 (the compute dtype is the teacher's too); its architecture fields are not
 used: the student's architecture is the teacher's.
 
-How the teacher gets into the parameters. The trainer creates the state
-inside ``jax.jit(init, out_shardings=...)`` with no arguments
-(``sharding.create_sharded``), and restoring from disk inside a traced
-function is impossible. So the task restores the teacher when it is built,
-as host numpy arrays (before anything compiles, which is also where a bad
-checkpoint fails), and ``init`` closes over them: the teacher's values
-enter that one-off init executable as constants, and the student is a
-function of them. Both become ordinary sharded leaves of the state (the
-teacher under ``params['teacher']``, sharded by the same logical rules), so
-the train step receives the teacher as an argument, never as a constant,
-and checkpoints hold it (a resumed run restores it from its own checkpoint).
-The constant costs host memory and compile time in proportion to the
-teacher (for a BERT-base teacher on a 2-core CPU: 1.8 s to restore it,
-5.5 s to create the state, 2.9 GB peak host memory); a trainer that passed
-the restored teacher to ``init`` as an argument would avoid it.
+How the teacher gets into the parameters. The task restores the teacher
+when it is built, as host numpy arrays in their logical-axis boxes (before
+anything compiles, which is also where a bad checkpoint fails): the task's
+``init_inputs``. The trainer places them on the mesh, each process its own
+shards (``train.init_inputs``), and passes them to the jitted ``init`` as
+an argument; the student is a function of them. Both become ordinary
+sharded leaves of the state (the teacher under ``params['teacher']``), so
+the train step receives the teacher as an argument too, and checkpoints
+hold it (a resumed run restores it from its own checkpoint). No compiled
+program holds the teacher as a constant, so neither grows with it
+(tests/bertjax/objectives/test_tinybert.py compares program sizes for two
+teachers).
 
 Departures from the reference: the soft-target KL is over the masked
 positions (Hugging Face's ``--restrict_ce_to_mask``; its README's command
@@ -72,12 +69,14 @@ from bertjax.objectives import base
 from bertjax.objectives import losses
 from bertjax.objectives import registry
 from bertjax import storage
+from data_pipelines import tokenizer as tokenizer_lib
 
 NAME = 'distillation'
 
 # What bertjax.train writes in a workdir (not imported from it: train.py is
 # also run as __main__, and importing it again would define its flags twice).
 RUN_META = 'run_meta.json'
+IMPORTED_CONFIG = 'config.json'
 TOKENIZER_MODEL = 'tokenizer.model'
 CHECKPOINTS = 'checkpoints'
 # torch.nn.CosineEmbeddingLoss's guard against zero vectors.
@@ -139,43 +138,54 @@ class TeacherRun:
   vocab_size: int                     # The tokenizer's (tables are padded).
 
 
-def read_teacher(cfg) -> TeacherRun:
-  """Checks ``cfg.distillation.teacher_workdir`` and reads its run.
+def read_teacher(cfg, section: str = NAME) -> TeacherRun:
+  """Checks ``cfg.<section>.teacher_workdir`` and reads its run (a
+  bertjax run, or an import of a transformers BERT).
 
   Raises:
     TeacherError: the workdir is unset or missing, or has no run metadata
       or checkpoint, or its run is not a BERT-family MLM model this task
       can distill.
   """
-  workdir = cfg.distillation.teacher_workdir
+  workdir = cfg[section].teacher_workdir
+  field = f'{section}.teacher_workdir'
   if not workdir:
     raise TeacherError(
-        'distillation.teacher_workdir is empty: set it to the workdir of a '
+        f'{field} is empty: set it to the workdir of a '
         'finished bertjax run (objective.name="bert"), e.g. '
-        '--config.distillation.teacher_workdir=$WORK/bert-base.')
+        f'--config.{field}=$WORK/bert-base.')
   if not storage.isdir(workdir):
-    raise TeacherError(f'distillation.teacher_workdir={workdir!r} is not a '
+    raise TeacherError(f'{field}={workdir!r} is not a '
                        'directory.')
-  meta_path = os.path.join(workdir, RUN_META)
+  # A run's workdir, or an import of a transformers checkpoint
+  # (experiments/import_hf.py: its config.json and step-0 parameters).
+  imported = checkpoint_lib.is_params_only(workdir)
+  meta_path = os.path.join(workdir, IMPORTED_CONFIG if imported else RUN_META)
   if not storage.isfile(meta_path):
-    raise TeacherError(f'distillation.teacher_workdir={workdir!r} has no '
-                       f'{RUN_META}: it is not the workdir of a bertjax run.')
+    raise TeacherError(f'{field}={workdir!r} has no '
+                       f'{RUN_META}: it is not the workdir of a bertjax run '
+                       '(nor an import: experiments/import_hf.py).')
   step = checkpoint_lib.latest_step(os.path.join(workdir, CHECKPOINTS))
   if step is None:
-    raise TeacherError(f'distillation.teacher_workdir={workdir!r} has no '
+    raise TeacherError(f'{field}={workdir!r} has no '
                        'checkpoint to restore the teacher from.')
   meta = json.loads(storage.read_text(meta_path))
+  if imported:
+    tokenizer_path = os.path.join(workdir, TOKENIZER_MODEL)
+    meta = {'config': meta, 'tokenizer_sha256': storage.sha256(tokenizer_path),
+            'vocab_size': tokenizer_lib.Tokenizer.load(
+                tokenizer_path).vocab_size}
   saved = meta['config']
   teacher_objective = saved.get('objective', {}).get('name', 'bert')
   if teacher_objective != 'bert':
     raise TeacherError(
-        f'distillation.teacher_workdir={workdir!r} holds an '
+        f'{field}={workdir!r} holds an '
         f'objective.name={teacher_objective!r} run; the teacher '
         'must be a BERT-family MLM model (objective.name="bert").')
   teacher_model = model_config_lib.from_saved(saved.get('model', {}))
   if teacher_model.num_layer_groups:
     raise TeacherError(
-        f'distillation.teacher_workdir={workdir!r} shares layers across '
+        f'{field}={workdir!r} shares layers across '
         f'depth (model.num_layer_groups={teacher_model.num_layer_groups}'
         '); the student copies distinct teacher layers, so the teacher '
         'must have none shared.')
@@ -202,7 +212,7 @@ def _check_tokenizer(model_path: str, teacher: TeacherRun) -> None:
         f'{os.path.join(teacher.workdir, TOKENIZER_MODEL)!r}.')
 
 
-def prepare_config(cfg) -> ml_collections.ConfigDict:
+def prepare_config(cfg, section: str = NAME) -> ml_collections.ConfigDict:
   """``cfg`` set up to learn from its teacher; checks the teacher first.
 
   The student must read the teacher's tokens: an empty
@@ -220,7 +230,7 @@ def prepare_config(cfg) -> ml_collections.ConfigDict:
   Raises:
     TeacherError: as ``read_teacher``, or when the tokenizer differs.
   """
-  teacher = read_teacher(cfg)
+  teacher = read_teacher(cfg, section)
   cfg = cfg.copy_and_resolve_references()
   tok = cfg.data.tokenizer
   if tok.model_path:
@@ -391,13 +401,21 @@ def _is_box(x) -> bool:
   return isinstance(x, nn.Partitioned)
 
 
-def _box(abstract, values):
+def _box(abstract, values, xp=jnp):
   """``values`` (plain arrays) in the boxes (logical names) of
-  ``abstract``, cast to its dtypes."""
+  ``abstract``, cast to its dtypes (``xp``: jnp in a traced function, np
+  for host arrays)."""
   return jax.tree.map(
       lambda box, value: box.replace_boxed(
-          jnp.asarray(value, box.value.dtype)),
+          xp.asarray(value, box.value.dtype)),
       abstract, values, is_leaf=_is_box)
+
+
+def restore_teacher_inputs(teacher: TeacherRun, teacher_boxes) -> dict:
+  """The teacher's parameters as host arrays in ``teacher_boxes``' boxes:
+  a task's ``init_inputs``."""
+  return _box(teacher_boxes,
+              restore_teacher_params(teacher, nn.unbox(teacher_boxes)), np)
 
 
 def flops_per_token(cfg, student: bert_lib.BertConfig,
@@ -456,12 +474,9 @@ def make_task(cfg, vocab_size: int) -> base.Task:
   student_model = bert_lib.BertForPreTraining(student_cfg)
   teacher_boxes = _abstract_params(teacher_model)
   student_boxes = _abstract_params(student_model)
-  teacher_values = restore_teacher_params(teacher, nn.unbox(teacher_boxes))
 
-  def init(key, batch):
+  def init(key, batch, teacher_params):
     del key, batch   # The student is a function of the teacher alone.
-    # Constants in the init executable (the module docstring says why).
-    teacher_params = jax.tree.map(jnp.asarray, teacher_values)
     return {'teacher': _box(teacher_boxes, teacher_params),
             'student': _box(student_boxes, student_params_from_teacher(
                 teacher_params, layers))}
@@ -489,7 +504,9 @@ def make_task(cfg, vocab_size: int) -> base.Task:
 
   return base.Task(init, loss, trainable,
                    flops_per_token=flops_per_token(cfg, student_cfg,
-                                                   teacher.model))
+                                                   teacher.model),
+                   init_inputs=restore_teacher_inputs(teacher,
+                                                      teacher_boxes))
 
 
 def encoder_config(cfg, vocab_size: int) -> bert_lib.BertConfig:

@@ -313,6 +313,13 @@ def runs(tmp_path_factory, data_dir):
       root / 'distilbert', data_dir, 'distilbert', None,
       **{'distillation.teacher_workdir': out['demo'],
          'distillation.student_layers': 1})
+  # A narrower, shallower student; its first step intermediate-layer, its
+  # second prediction-layer distillation.
+  out['tinybert'] = _train_tiny(
+      root / 'tinybert', data_dir, 'tinybert', 'size=demo',
+      **{'tinybert.teacher_workdir': out['demo'], 'model.num_layers': 1,
+         'model.hidden_size': 16, 'model.intermediate_size': 32,
+         'tinybert.intermediate_steps': 1})
   return out
 
 
@@ -321,16 +328,24 @@ SENTENCES = ['The module provides a way of using operating system dependent '
              '  Leading spaces,  doubled  spaces and digits 12345.']
 
 
+# Runs exported as another family than their name: a TinyBERT student is a
+# BERT (its teacher and projections are left out).
+EXPORTED_AS = {'tinybert': 'bert'}
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize('family', ['bert', 'roberta', 'albert', 'electra',
-                                    'distilbert'])
+@pytest.mark.parametrize('name', ['bert', 'roberta', 'albert', 'electra',
+                                  'distilbert', 'tinybert'])
 def test_exported_run_loads_in_transformers_with_equal_logits(
-    runs, family, tmp_path):
+    runs, name, tmp_path):
   from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  run = runs_lib.load_run(runs[family])
+  family = EXPORTED_AS.get(name, name)
+  run = runs_lib.load_run(runs[name])
   assert hf_convert.family_of(run.config) == family
+  if name in EXPORTED_AS:
+    run = dataclasses.replace(run, params=run.params['student'])
   out = str(tmp_path / 'exported')
-  written = hf_convert.export_run(runs[family], out)
+  written = hf_convert.export_run(runs[name], out)
   parts = (('discriminator', 'generator') if family == 'electra'
            else (None,))
   assert written == [os.path.join(out, p) if p else out for p in parts]
@@ -357,7 +372,7 @@ def test_exported_run_loads_in_transformers_with_equal_logits(
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-4, err_msg=key)
     if part != 'generator':   # The encoder fine-tuning starts from.
       np.testing.assert_allclose(
-          _finetune_encoder_output(runs[family], ids, types, mask)[real],
+          _finetune_encoder_output(runs[name], ids, types, mask)[real],
           _hf_logits(model, family, ids, types, mask, hidden=True)[real],
           rtol=0, atol=1e-4)
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
@@ -368,7 +383,8 @@ def test_exported_run_loads_in_transformers_with_equal_logits(
       assert tokenizer(a_text, b_text)['input_ids'] == (
           [2] + a_ids + [3] + b_ids + [3])
     readme = open(os.path.join(directory, 'README.md')).read()
-    assert ('span boundary' in readme) == (family == 'bert')
+    assert ('span boundary' in readme) == (name == 'bert')
+    assert ('projections' in readme) == (name == 'tinybert')
 
 
 def _finetune_encoder_output(workdir, ids, types, mask):

@@ -1,8 +1,6 @@
 """DistilBERT: the student's options in the encoder, its init from the
 teacher, the three losses, the teacher checks, the preset, and a tiny run."""
 
-import hashlib
-import json
 import math
 import os
 import sys
@@ -22,6 +20,7 @@ from bertjax.objectives import losses
 from bertjax import train
 from bertjax.models import bert
 import preset_helpers
+import teacher_helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -305,27 +304,8 @@ def _teacher_config():
 
 
 def _write_teacher(workdir, checkpoint=True, tokenizer=b'teacher pieces'):
-  os.makedirs(workdir)
-  cfg = _teacher_config()
-  tokenizer_path = os.path.join(workdir, distillation.TOKENIZER_MODEL)
-  with open(tokenizer_path, 'wb') as f:
-    f.write(tokenizer)
-  vocab = 400
-  model = bert.BertForPreTraining(objectives.bert.encoder_config(cfg, vocab))
-  ids = jnp.zeros((1, 8), jnp.int32)
-  params = _init(model, ids, ids, ids, ids[:, :2], seed=7)
-  with open(os.path.join(workdir, distillation.RUN_META), 'w') as f:
-    json.dump({'config': cfg.to_dict(), 'vocab_size': 400,
-               'tokenizer_sha256': hashlib.sha256(tokenizer).hexdigest()}, f)
-  if checkpoint:
-    state = train.TrainState(step=jnp.asarray(3, jnp.int32), params=params,
-                             opt_state={'mu': params})
-    with ocp.CheckpointManager(
-        os.path.join(workdir, distillation.CHECKPOINTS),
-        item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
-      manager.save(3, args=ocp.args.Composite(
-          state=ocp.args.StandardSave(state)))
-  return params
+  return teacher_helpers.write_teacher(workdir, _teacher_config(), checkpoint,
+                                       tokenizer)
 
 
 @pytest.fixture(scope='module')
@@ -361,11 +341,17 @@ def _batch(cfg):
   return batch
 
 
+def _task_init(task, cfg):
+  """The task's boxed parameters, its teacher passed in as the trainer
+  passes it (an argument)."""
+  return task.init(jax.random.key(0), _batch(cfg), nn.unbox(task.init_inputs))
+
+
 def test_student_starts_as_a_copy_of_the_teacher(teacher):
   workdir, teacher_params = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 2})
   task = distillation.make_task(cfg, 400)
-  params = nn.unbox(task.init(jax.random.key(0), _batch(cfg)))
+  params = nn.unbox(_task_init(task, cfg))
   assert set(params) == {'student', 'teacher'}
   student, kept = params['student'], params['teacher']
   # The teacher is restored exactly, without the heads distillation skips.
@@ -386,7 +372,7 @@ def test_student_starts_as_a_copy_of_the_teacher(teacher):
     jax.tree.map(np.testing.assert_array_equal, student[name],
                  teacher_params[name])
   # Every leaf keeps its logical axes, so the trainer shards the teacher.
-  boxed = task.init(jax.random.key(0), _batch(cfg))
+  boxed = _task_init(task, cfg)
   assert all(isinstance(x, nn.Partitioned) for x in jax.tree.leaves(
       boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned)))
 
@@ -394,8 +380,7 @@ def test_student_starts_as_a_copy_of_the_teacher(teacher):
 def test_student_layers_default_to_half_the_teacher(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 0})
-  params = distillation.make_task(cfg, 400).init(
-      jax.random.key(0), _batch(cfg))
+  params = _task_init(distillation.make_task(cfg, 400), cfg)
   assert sorted(k for k in params['student'] if k.startswith('layer_')) == [
       'layer_0', 'layer_1']
 
@@ -404,7 +389,7 @@ def test_teacher_gets_no_gradient_and_is_marked_frozen(teacher):
   workdir, _ = teacher
   cfg = _student_config(workdir, **{'distillation.student_layers': 2})
   task = distillation.make_task(cfg, 400)
-  params = nn.unbox(task.init(jax.random.key(0), _batch(cfg)))
+  params = nn.unbox(_task_init(task, cfg))
   (loss, sums), grads = jax.jit(
       jax.value_and_grad(task.loss, has_aux=True), static_argnums=3)(
           params, _batch(cfg), jax.random.key(1), False)
@@ -416,7 +401,7 @@ def test_teacher_gets_no_gradient_and_is_marked_frozen(teacher):
   assert not any(jax.tree.leaves(flags['teacher']))
   # Boxed parameters (as the trainer builds its optimizer state from) get
   # one flag per parameter too.
-  boxed_flags = task.trainable(task.init(jax.random.key(0), _batch(cfg)))
+  boxed_flags = task.trainable(_task_init(task, cfg))
   assert jax.tree.structure(boxed_flags) == jax.tree.structure(flags)
 
 
