@@ -84,10 +84,20 @@ class DownstreamModel(nn.Module):
                deterministic: bool = True):
     cfg = self.cfg
     x = self.embeddings(input_ids, token_type_ids, deterministic)
+    # Applied with mutable=['intermediates'] (task-specific distillation),
+    # it records every hidden state and attention score, as
+    # BertForPreTraining.encode does.
+    record = self.is_mutable_collection('intermediates')
     x = bert_lib.run_layers(cfg, self.layers, x, input_ids, attention_mask,
-                            deterministic, all_layers=self.layer_mix)
+                            deterministic,
+                            all_layers=self.layer_mix or record)
+    if record:
+      for state in x:
+        self.sow('intermediates', 'hidden_states', state)
     if self.layer_mix:
       x = self.mix(x)
+    elif record:
+      x = x[-1]
     if self.kind in ('classification', 'regression'):
       if self.pooling == 'mean':
         weights = attention_mask[..., None].astype(x.dtype)

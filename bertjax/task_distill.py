@@ -1,0 +1,529 @@
+r"""Task-specific distillation: a fine-tuned teacher into a student, on a task.
+
+  python experiments/task_distill.py \
+      --config=experiments/configs/task_distill.py \
+      --config.teacher=$WORK/bert-base-sst2 --config.init=$WORK/tinybert4 \
+      --workdir=$WORK/tinybert4-sst2
+
+Jiao et al. 2020 (TinyBERT), Sec. 3.3-3.4, as huawei-noah/
+Pretrained-Language-Model's TinyBERT/task_distill.py and
+data_augmentation.py do it:
+
+- ``teacher``: a fine-tuning run (bertjax.finetune's workdir) on the same
+  task, frozen; its encoder and head run without dropout.
+- ``init``: the student's pretrained encoder (a TinyBERT general
+  distillation run, or any run fine-tuning reads), with a new head.
+- Stage 1, intermediate layers (``distill.intermediate_epochs`` epochs at
+  ``distill.intermediate_learning_rate``): the embedding, hidden-state and
+  attention-score losses of general distillation (objectives/tinybert.py),
+  through the learned projections, student layer m against teacher layer
+  g(m). Stage 2, prediction layer (``distill.prediction_epochs`` at
+  ``distill.prediction_learning_rate``): soft cross-entropy between the
+  heads' logits at ``distill.temperature`` (regression: their squared
+  error, as the code's STS-B branch). Each stage is one run of the script
+  in the reference (a fresh BertAdam each); here two phases of one command,
+  ``WORKDIR/intermediate`` and ``WORKDIR/prediction``, each checkpointed
+  and resumed like fine-tuning, the second starting from the first's
+  student.
+- Augmentation (``augment.copies`` > 0): each training example also
+  appears as ``copies`` rewrites in which each word, with probability
+  ``augment.replace_prob``, is replaced by one of the ``augment.candidates``
+  most likely words of a BERT MLM (``augment.mlm`` : the teacher's
+  pretraining run by default) at that word's position masked. The paper
+  takes MLM candidates for single-piece words and GloVe neighbours for
+  the rest; with no GloVe here, words of several pieces are kept.
+
+Writes ``distilled.json`` (the student's held-out metrics, as fine-tuning's
+``downstream.json``) and ``augment.json`` (what augmentation added).
+Covers sentence-level tasks (classification and regression), as the
+paper's GLUE tasks; every random draw derives from ``cfg.seed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from bertjax import finetune
+from bertjax import optim
+from bertjax import runs
+from bertjax import sharding
+from bertjax import storage
+from bertjax import train as train_lib
+from bertjax.interop import hf_convert
+from bertjax.models import bert as bert_lib
+from bertjax.models import heads
+from bertjax.objectives import distillation
+from bertjax.objectives import tinybert
+from bertjax.runtime import checkpoint as checkpoint_lib
+from data_pipelines import tokenizer as tokenizer_lib
+
+RESULT = 'distilled.json'
+AUGMENT = 'augment.json'
+STAGES = ('intermediate', 'prediction')
+KINDS = ('classification', 'regression')
+_FINETUNE_META = 'finetune_meta.json'
+_AUGMENT_KEY = 5   # Beside finetune's keys 1-4 (init, dropout, order, dev).
+_say = train_lib.say
+
+
+class DistillError(finetune.FinetuneError):
+  """A config, teacher or student task distillation cannot use."""
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """Fine-tuning's fields with task_distill.py's settings (batch 32; stage
+  1: 10 epochs at 5e-5; stage 2: 3 epochs at 3e-5; temperature 1) and
+  data_augmentation.py's (20 copies, p 0.4, 15 candidates; off)."""
+  c = finetune.base_config()
+  c.teacher = ''                  # A fine-tuning run's workdir.
+  c.distill = tinybert.defaults()
+  del c.distill['teacher_workdir'], c.distill['intermediate_steps']
+  del c.distill['mlm_weight'], c.distill['prediction_weight']
+  c.distill.intermediate_epochs = 10.0
+  c.distill.prediction_epochs = 3.0
+  c.distill.intermediate_learning_rate = 5e-5
+  c.distill.prediction_learning_rate = 3e-5
+  c.augment = ml_collections.ConfigDict()
+  c.augment.copies = 0            # Rewrites per example; 0 = none (20).
+  c.augment.replace_prob = 0.4
+  c.augment.candidates = 15
+  c.augment.mlm = ''              # '' = the teacher's pretraining run.
+  c.augment.batch_size = 64       # MLM forward passes at a time.
+  return c
+
+
+def validate(cfg) -> None:
+  """Every check that reads no data, naming the field and what to use."""
+  finetune.validate(cfg)
+  d, a = cfg.distill, cfg.augment
+  errors = []
+  if not (cfg.teacher and storage.isfile(os.path.join(cfg.teacher,
+                                                      _FINETUNE_META))):
+    errors.append(f'teacher={cfg.teacher!r} is not a fine-tuning run\'s '
+                  'workdir (it has no finetune_meta.json): fine-tune the '
+                  'teacher on the task first (experiments/finetune.py).')
+  if d.temperature <= 0:
+    errors.append(f'distill.temperature={d.temperature} must be > 0.')
+  for name in ('embedding_weight', 'hidden_weight', 'attention_weight'):
+    if d[name] < 0:
+      errors.append(f'distill.{name}={d[name]} must be >= 0.')
+  for stage in STAGES:
+    if d[f'{stage}_epochs'] < 0 or d[f'{stage}_learning_rate'] <= 0:
+      errors.append(f'distill.{stage}_epochs must be >= 0 and '
+                    f'distill.{stage}_learning_rate > 0.')
+  if not d.intermediate_epochs + d.prediction_epochs:
+    errors.append('distill.intermediate_epochs and prediction_epochs are '
+                  'both 0: nothing would train (TinyBERT: 10 and 3).')
+  if cfg.mode != 'full':
+    errors.append(f'mode={cfg.mode!r}: the student distils in full (every '
+                  "weight trains); use mode='full'.")
+  if a.copies < 0 or not 0 <= a.replace_prob <= 1 or a.candidates < 1 or (
+      a.batch_size < 1):
+    errors.append('augment: copies >= 0, replace_prob in [0, 1], '
+                  'candidates >= 1 and batch_size >= 1 (TinyBERT: 20, 0.4, '
+                  f'15); got {a.copies}, {a.replace_prob}, {a.candidates}, '
+                  f'{a.batch_size}.')
+  if errors:
+    raise DistillError('task distillation config: ' + ' '.join(errors))
+
+
+# ---------------------------------------------------------------------------
+# The teacher: a fine-tuning run, read back.
+
+
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+  workdir: str
+  config: Any                      # Its fine-tuning config.
+  pretrained: finetune.Pretrained  # What it was fine-tuned from.
+  model: heads.DownstreamModel
+  params: dict                     # Host arrays, at its latest step.
+
+
+def read_teacher(cfg) -> Teacher:
+  """The fine-tuned teacher of ``cfg.teacher``, checked against ``cfg``.
+
+  Raises:
+    DistillError: it has no checkpoint, was fine-tuned on another task, or
+      is not sentence-level.
+  """
+  meta = json.loads(storage.read_text(os.path.join(cfg.teacher,
+                                                   _FINETUNE_META)))
+  t_cfg = ml_collections.ConfigDict(meta['config'])
+  ours = json.loads(json.dumps(cfg.task.to_dict()))
+  if meta['config']['task'] != ours:
+    raise DistillError(f'teacher={cfg.teacher!r} was fine-tuned on task '
+                       f'{meta["config"]["task"]}; this run distils {ours}: '
+                       'use the same task settings.')
+  pretrained = finetune.load_pretrained(t_cfg.init, t_cfg.init_step)
+  directory = os.path.join(cfg.teacher, 'checkpoints')
+  step = checkpoint_lib.latest_step(directory)
+  if step is None:
+    raise DistillError(f'teacher={cfg.teacher!r} has no checkpoint.')
+  with ocp.CheckpointManager(
+      storage.absolute(directory),
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    params = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore()))['state']['params']
+  params = jax.tree.map(np.asarray, params)
+  task, _ = finetune.load_task(t_cfg)
+  if task.kind not in KINDS:
+    raise DistillError(f'task {task.name!r} is a {task.kind} task; task '
+                       f'distillation covers {KINDS} (TinyBERT\'s GLUE).')
+  model = heads.DownstreamModel(
+      finetune.downstream_config(t_cfg, pretrained), task.kind,
+      task.num_labels, layer_mix=t_cfg.mode == 'weighted_layers',
+      pooling=t_cfg.pooling)
+  return Teacher(cfg.teacher, t_cfg, pretrained, model, params)
+
+
+# ---------------------------------------------------------------------------
+# Augmentation: words replaced by a BERT MLM's candidates.
+
+
+def word_spans(ids: np.ndarray, word_starts: np.ndarray
+               ) -> list[tuple[int, int]]:
+  """[start, end) of each word: a word-start piece and the pieces after it."""
+  starts = [i for i in range(len(ids)) if word_starts[i]] or [0]
+  if starts[0]:
+    starts.insert(0, 0)
+  return list(zip(starts, starts[1:] + [len(ids)]))
+
+
+class MaskedLM:
+  """A pretraining run's MLM: the most likely words at a masked position."""
+
+  def __init__(self, workdir: str, max_seq_length: int):
+    run = runs.load_run(workdir)
+    if run.config.objective.name != 'bert':
+      raise DistillError(f'augment.mlm={workdir!r} is an '
+                         f'objective.name={run.config.objective.name!r} '
+                         'run; augmentation needs a BERT MLM head.')
+    model_cfg = dataclasses.replace(
+        hf_convert._model_config(run.config, run.vocab_size),  # pylint: disable=protected-access
+        scan_layers=False, with_pooler_nsp=False, sbo_positions=0)
+    params = hf_convert._unscanned(run.params, model_cfg.num_layers)  # pylint: disable=protected-access
+    params = {k: v for k, v in params.items() if k not in ('pooler', 'nsp')}
+    model = bert_lib.BertForPreTraining(model_cfg)
+    self.length = min(max_seq_length, model_cfg.max_position_embeddings)
+    self.tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
+    self._logits = jax.jit(lambda ids, mask, pos: model.apply(
+        {'params': params}, ids, jnp.zeros_like(ids), mask, pos[:, None],
+        jnp.zeros_like(pos[:, None]))['mlm_logits'][:, 0])
+
+  def top_words(self, rows: np.ndarray, positions: np.ndarray, k: int,
+                batch_size: int) -> np.ndarray:
+    """[N, k] ids: the k most likely word-start pieces (no specials) at
+    ``positions`` of ``rows`` ([N, L], [CLS] ... [SEP], the position
+    masked)."""
+    allowed = self.tokenizer.word_start_table.copy()
+    allowed[:tokenizer_lib.NUM_SPECIAL] = False
+    out = []
+    for start in range(0, len(rows), batch_size):
+      ids = np.zeros((batch_size, rows.shape[1]), np.int32)
+      pos = np.zeros((batch_size,), np.int32)
+      n = min(batch_size, len(rows) - start)
+      ids[:n], pos[:n] = rows[start:start + n], positions[start:start + n]
+      logits = np.array(self._logits(ids, (ids > 0).astype(np.int32), pos))
+      logits = logits[:n, :len(allowed)]
+      logits[:, ~allowed] = -np.inf
+      out.append(np.argsort(-logits, axis=1, kind='stable')[:, :k])
+    return np.concatenate(out) if out else np.zeros((0, k), np.int64)
+
+
+def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
+                  replace_prob: float, candidates: int, batch_size: int,
+                  rng: np.random.Generator) -> list[list[str]]:
+  """``copies`` rewrites of each text: each single-piece word replaced, with
+  probability ``replace_prob``, by one of the MLM's ``candidates`` most
+  likely words at its position masked (data_augmentation.py's
+  ``augment``); other words, and words past the MLM's window, kept."""
+  tok = mlm.tokenizer
+  encoded = tok.encode(texts)
+  window = mlm.length - 2   # The MLM sees the text's first pieces only.
+  rows, positions, owners = [], [], []
+  for t, ids in enumerate(encoded):
+    for start, end in word_spans(ids, tok.word_starts(ids)):
+      if (end - start == 1 and start < window and
+          tok.word_start_table[ids[start]]):
+        seen = ids[:window]
+        row = np.zeros(mlm.length, np.int32)
+        row[0], row[1:len(seen) + 1], row[len(seen) + 1] = (
+            tokenizer_lib.CLS_ID, seen, tokenizer_lib.SEP_ID)
+        row[start + 1] = tokenizer_lib.MASK_ID
+        rows.append(row)
+        positions.append(start + 1)
+        owners.append((t, start))
+  top = mlm.top_words(np.asarray(rows).reshape(-1, mlm.length),
+                      np.asarray(positions, np.int32), candidates, batch_size)
+  options = {owner: top[i] for i, owner in enumerate(owners)}
+  out = []
+  for t, ids in enumerate(encoded):
+    rewrites = []
+    for _ in range(copies):
+      new = ids.copy()
+      for start, _ in word_spans(ids, tok.word_starts(ids)):
+        if (t, start) in options and rng.random() < replace_prob:
+          new[start] = rng.choice(options[(t, start)])
+      rewrites.append(tok.decode(new))
+    out.append(rewrites)
+  return out
+
+
+def augment_examples(cfg, examples: list[dict], mlm: MaskedLM
+                     ) -> list[dict]:
+  """The examples, each followed by its ``cfg.augment.copies`` rewrites
+  (both texts of a pair rewritten; labels kept)."""
+  a = cfg.augment
+  rng = np.random.default_rng([cfg.seed, _AUGMENT_KEY])
+  fields = ['text'] + (['text_pair'] if any(e.get('text_pair')
+                                            for e in examples) else [])
+  rewritten = {f: augment_texts([e[f] or '' for e in examples], mlm,
+                                a.copies, a.replace_prob, a.candidates,
+                                a.batch_size, rng) for f in fields}
+  out = []
+  for i, example in enumerate(examples):
+    out.append(example)
+    for c in range(a.copies):
+      new = dict(example)
+      for f in fields:
+        if example.get(f):
+          new[f] = rewritten[f][i][c]
+      out.append(new)
+  return out
+
+
+# ---------------------------------------------------------------------------
+# Steps: the student, the projections and the frozen teacher in one state.
+
+
+def make_steps(cfg, stage: str, student: heads.DownstreamModel,
+               teacher: heads.DownstreamModel, total_steps: int,
+               mapping: tuple[int, ...]) -> finetune.Steps:
+  """One stage's init, update and predict steps: ``params = {'student',
+  'projection', 'teacher'}``, the optimizer over the first two only;
+  ``init_state(teacher_params)`` takes the teacher as an argument."""
+  d = cfg.distill
+  schedule_cfg = ml_collections.ConfigDict({
+      'total_steps': total_steps,
+      'optimizer': dict(cfg.optimizer.to_dict(),
+                        learning_rate=d[f'{stage}_learning_rate'],
+                        warmup_steps=round(cfg.optimizer.warmup_proportion *
+                                           total_steps))})
+  tx, schedule = optim.make_optimizer(schedule_cfg)
+  root = jax.random.key(cfg.seed)
+  dropout_root = jax.random.fold_in(root, 2)
+  projections = tinybert.Projections(student.cfg, teacher.cfg.hidden_size,
+                                     d.share_projection)
+  nets = tinybert.Networks(student, teacher, projections, mapping)
+  ids = jnp.zeros((1, cfg.max_seq_length), jnp.int32)
+  width = jnp.zeros((1, 1, student.cfg.hidden_size))
+
+  def init_state(teacher_params):
+    student_key, projection_key = jax.random.split(jax.random.fold_in(
+        root, 1))
+    params = {'student': student.init(student_key, ids, ids,
+                                      ids + 1)['params'],
+              'projection': projections.init(projection_key, width,
+                                             [width])['params'],
+              'teacher': teacher_params}
+    trained = {k: params[k] for k in ('student', 'projection')}
+    return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                                opt_state=tx.init(trained))
+
+  def loss_fn(trained, teacher_params, batch, key):
+    params = dict(trained, teacher=teacher_params)
+    inputs = (batch['input_ids'], batch['token_type_ids'],
+              batch['attention_mask'])
+    if stage == 'intermediate':
+      terms, _, _ = nets.losses(params, inputs, False, key)
+      loss = (d.embedding_weight * terms['emb'] + d.hidden_weight *
+              terms['hidden'] + d.attention_weight * terms['att'])
+      return loss, {f'{k}_loss': v for k, v in terms.items()}
+    s = student.apply({'params': params['student']}, *inputs,
+                      deterministic=False, rngs={'dropout': key})
+    t = teacher.apply({'params': jax.lax.stop_gradient(teacher_params)},
+                      *inputs)
+    return prediction_loss(student.kind, s, t, d.temperature), {}
+
+  def train_step(state, batch):
+    trained = {k: state.params[k] for k in ('student', 'projection')}
+    key = jax.random.fold_in(dropout_root, state.step)
+    (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        trained, state.params['teacher'], batch, key)
+    updates, opt_state = tx.update(grads, state.opt_state, trained)
+    trained = optax.apply_updates(trained, updates)
+    metrics = dict(terms, loss=loss, grad_norm=optax.global_norm(grads),
+                   learning_rate=schedule(state.step))
+    return train_lib.TrainState(state.step + 1, dict(
+        trained, teacher=state.params['teacher']), opt_state), metrics
+
+  def predict(params, batch):
+    return student.apply({'params': params['student']}, batch['input_ids'],
+                         batch['token_type_ids'], batch['attention_mask'])
+
+  return finetune.Steps(init_state, train_step, predict)
+
+
+def prediction_loss(kind: str, student_logits, teacher_logits,
+                    temperature: float) -> jax.Array:
+  """Stage 2: soft cross-entropy of the student's logits against the
+  teacher's at ``temperature`` (regression: their mean squared error)."""
+  if kind == 'regression':
+    return tinybert.mse(student_logits, teacher_logits)
+  weights = jnp.ones(student_logits.shape[0], jnp.float32)
+  return tinybert.soft_cross_entropy(student_logits, teacher_logits, weights,
+                                     temperature)[0]
+
+
+# ---------------------------------------------------------------------------
+# The command: both stages, resumable.
+
+
+def _boxed_teacher(teacher: Teacher, max_seq_length: int):
+  """The teacher's parameters as host arrays in their logical boxes."""
+  ids = jnp.zeros((1, max_seq_length), jnp.int32)
+  boxes = jax.eval_shape(lambda: teacher.model.init(
+      jax.random.key(0), ids, ids, ids + 1)['params'])
+  return distillation._box(boxes, teacher.params, np)  # pylint: disable=protected-access
+
+
+# Long: the two stages' setup, run and hand-over read best in one place.
+def distill_task(cfg, workdir: str) -> dict:
+  """Distils ``cfg.teacher`` into ``cfg.init``'s encoder on ``cfg.task`` in
+  ``workdir`` (resuming if possible); returns ``distilled.json``."""
+  validate(cfg)
+  teacher = read_teacher(cfg)
+  student_run = finetune.load_pretrained(cfg.init, cfg.init_step)
+  if student_run.tokenizer.sha256 != teacher.pretrained.tokenizer.sha256:
+    raise DistillError(f'init={cfg.init!r} and teacher={cfg.teacher!r} use '
+                       'different tokenizers: the student must read the '
+                       'teacher\'s tokens.')
+  student_cfg = finetune.downstream_config(cfg, student_run)
+  try:
+    mapping = tinybert.layer_map(cfg.distill.layer_map,
+                                 student_cfg.num_layers,
+                                 teacher.model.cfg.num_layers)
+  except ValueError as e:
+    raise DistillError(str(e)) from e
+  if cfg.distill.attention_weight and (
+      student_cfg.num_heads != teacher.model.cfg.num_heads):
+    raise DistillError(f'the student has {student_cfg.num_heads} heads, the '
+                       f'teacher {teacher.model.cfg.num_heads}; set '
+                       'distill.attention_weight=0 or distil a student with '
+                       'as many heads.')
+  data = finetune.encode_task(cfg, student_run.tokenizer)
+  augmented = data.task.train
+  if cfg.augment.copies:
+    mlm = MaskedLM(cfg.augment.mlm or teacher.config.init, cfg.max_seq_length)
+    augmented = augment_examples(cfg, data.task.train, mlm)
+    data = data._replace(train=finetune._encode(  # pylint: disable=protected-access
+        cfg, data.task, augmented, student_run.tokenizer))
+  if jax.process_index() == 0:
+    storage.makedirs(workdir)
+    train_lib.write_json_atomic(os.path.join(workdir, AUGMENT), {
+        'examples': len(data.task.train), 'with_rewrites': len(augmented),
+        'samples': [e['text'] for e in augmented[:2 + cfg.augment.copies]]})
+  student = heads.DownstreamModel(student_cfg, data.task.kind,
+                                  data.task.num_labels, pooling=cfg.pooling)
+  place = train_lib.make_placement(cfg)
+  boxed = _boxed_teacher(teacher, cfg.max_seq_length)
+  num_rows = len(data.train['input_ids'])
+  previous = None
+  with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
+    for stage in STAGES:
+      epochs = cfg.distill[f'{stage}_epochs']
+      if not epochs:
+        continue
+      stage_cfg = cfg.copy_and_resolve_references()
+      stage_cfg.num_epochs = epochs
+      total, _ = finetune.plan_steps(stage_cfg, num_rows,
+                                     student_cfg.max_position_embeddings)
+      steps = make_steps(cfg, stage, student, teacher.model, total, mapping)
+      compiled = _compile(steps, place, data, cfg.batch_size, boxed)
+      stage_dir = os.path.join(workdir, stage)
+      ckpt = checkpoint_lib.Checkpointer(
+          os.path.join(stage_dir, 'checkpoints'), cfg.checkpoint_every_steps,
+          cfg.keep_checkpoints)
+      state = _restore_or_init(ckpt, steps, compiled, place, boxed,
+                               student_run, previous)
+      _say(f'{stage}-layer distillation: {total} steps of {cfg.batch_size} '
+           f'over {num_rows} rows')
+      loop = finetune.FinetuneLoop(stage_cfg, stage_dir, place, data,
+                                   compiled, ckpt, total, state)
+      previous = loop.run(state)
+      loop.writer.close()
+    final = loop.evaluate(previous.params)
+  result = {'task': data.task.name, 'kind': data.task.kind,
+            'teacher': storage.absolute(cfg.teacher),
+            'init': storage.absolute(cfg.init), 'headline':
+            data.task.metrics[0], 'metrics': final,
+            'train_rows': num_rows}
+  if jax.process_index() == 0:
+    train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
+  _say(f'{data.task.name} (distilled): ' + ', '.join(
+      f'{k} {v:.4f}' for k, v in final.items()))
+  return result
+
+
+def _compile(steps: finetune.Steps, place, data, batch_size: int, boxed
+             ) -> finetune.Compiled:
+  abstract_teacher = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+      sharding.strip_boxes(boxed))
+  abstract_state, state_sh = sharding.state_shardings(
+      lambda t: steps.init_state(_rebox(boxed, t)), place.mesh, place.rules,
+      abstract_teacher)
+  abstract_batch = {
+      k: jax.ShapeDtypeStruct((batch_size,) + data.train[k].shape[1:],
+                              data.train[k].dtype, sharding=place.batch_sh)
+      for k in data.features}
+  train_step = train_lib.compile_step(steps.train_step, place.mesh, state_sh,
+                                      place.batch_sh, abstract_state,
+                                      abstract_batch)
+  predict = jax.jit(steps.predict,
+                    in_shardings=(state_sh.params, place.batch_sh),
+                    out_shardings=sharding.replicated(place.mesh))
+  return finetune.Compiled(abstract_state, state_sh, train_step, predict)
+
+
+def _rebox(boxed, values):
+  """``values`` in ``boxed``'s logical boxes (so the state's teacher leaves
+  are sharded by their axes)."""
+  return jax.tree.map(lambda box, v: box.replace_boxed(v), boxed, values,
+                      is_leaf=lambda x: isinstance(x, nn.Partitioned))
+
+
+def _restore_or_init(ckpt, steps, compiled, place, boxed, student_run,
+                     previous):
+  """This stage's latest checkpoint; else a fresh state (the teacher placed
+  on the mesh and passed in) with the student from the previous stage, or
+  (the first stage) its pretrained encoder."""
+  latest = ckpt.latest_step()
+  if latest is not None:
+    _say(f'resumed from the checkpoint at step {latest}')
+    return ckpt.restore(latest, compiled.abstract_state, None)
+  state = sharding.create_sharded(
+      steps.init_state, compiled.state_sh,
+      sharding.place_boxed(boxed, place.mesh, place.rules))
+  params = dict(state.params)
+  if previous is not None:
+    params['student'] = previous.params['student']
+    params['projection'] = previous.params['projection']
+  else:
+    params['student'] = finetune._load_encoder(  # pylint: disable=protected-access
+        params['student'], compiled.abstract_state.params['student'],
+        student_run.params)
+  return state.replace(params=params)
+

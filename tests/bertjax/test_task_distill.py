@@ -1,0 +1,146 @@
+"""Task-specific distillation: MLM augmentation, the checks, and end to end a
+fine-tuned teacher distilled into a student in two stages, resumed."""
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax import task_distill
+import preset_helpers
+import test_finetune
+
+
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory):
+  import test_hf_convert  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('pretrained')
+  return test_hf_convert._train_tiny(root / 'run', root / 'data')  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope='module')
+def tasks(tmp_path_factory):
+  return test_finetune._write_tasks(tmp_path_factory.mktemp('tasks'))  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope='module')
+def teacher(pretrained, tasks, tmp_path_factory):
+  """The tiny pretrained run fully fine-tuned on the classification task."""
+  workdir = tmp_path_factory.mktemp('teacher') / 'cls'
+  test_finetune._run(pretrained, tasks, workdir, 'full', num_epochs=2.0)  # pylint: disable=protected-access
+  return str(workdir)
+
+
+def _config(pretrained, tasks, teacher, **fields):
+  cfg = task_distill.base_config()
+  cfg.init, cfg.teacher = pretrained, teacher
+  t = cfg.task
+  t.name, t.kind = 'files', 'classification'
+  t.train_path, t.eval_path = tasks['cls_train'], tasks['cls_eval']
+  cfg.max_seq_length, cfg.batch_size = 16, 8
+  d = cfg.distill
+  d.intermediate_epochs, d.prediction_epochs = 1.0, 1.0
+  d.intermediate_learning_rate = d.prediction_learning_rate = 1e-3
+  cfg.log_every_steps = cfg.checkpoint_every_steps = 4
+  for key, value in fields.items():
+    *parents, leaf = key.split('.')
+    section = cfg
+    for part in parents:
+      section = section[part]
+    section[leaf] = value
+  return cfg
+
+
+def test_mlm_rewrites_replace_single_piece_words_only(pretrained):
+  mlm = task_distill.MaskedLM(pretrained, 16)
+  tok = mlm.tokenizer
+  texts = ['the module returns a string', 'alpha beta gamma delta file']
+  rng = np.random.default_rng(0)
+  out = task_distill.augment_texts(texts, mlm, 6, 1.0, 3, 4, rng)
+  assert [len(r) for r in out] == [6, 6]
+  for text, rewrites in zip(texts, out):
+    ids = tok.encode([text])[0]
+    spans = task_distill.word_spans(ids, tok.word_starts(ids))
+    for rewrite in rewrites:
+      new = tok.encode([rewrite])[0]
+      # With probability 1 every single-piece word is a candidate: a word,
+      # never a special; words of several pieces are kept as they are.
+      for start, end in spans:
+        if end - start > 1:
+          assert tok.decode(ids[start:end]) in rewrite
+      assert not set(new.tolist()) & {0, 1, 2, 3, 4}
+    replaceable = [a for a, b in spans
+                   if b - a == 1 and tok.word_start_table[ids[a]]]
+    assert any(r != text for r in rewrites) == bool(replaceable)
+    assert replaceable or text == texts[1]
+  # Deterministic in the generator's seed.
+  again = task_distill.augment_texts(texts, mlm, 6, 1.0, 3, 4,
+                                     np.random.default_rng(0))
+  assert again == out
+  kept = task_distill.augment_texts(texts, mlm, 2, 0.0, 3, 4, rng)
+  assert all(tok.decode(tok.encode([t])[0]) == r
+             for t, rs in zip(texts, kept) for r in rs)
+
+
+def test_prediction_loss_is_soft_cross_entropy_or_squared_error():
+  s = jnp.array([[1.0, 2.0, 0.5], [0.0, -1.0, 1.0]])
+  t = jnp.array([[2.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+  p = np.exp(np.asarray(t) / 2)
+  p /= p.sum(-1, keepdims=True)
+  log_q = np.asarray(s) / 2 - np.log(np.exp(np.asarray(s) / 2).sum(
+      -1, keepdims=True))
+  assert float(task_distill.prediction_loss('classification', s, t, 2.0)
+               ) == pytest.approx(-(p * log_q).sum(-1).mean(), rel=1e-5)
+  assert float(task_distill.prediction_loss('regression', s[:, :1], t[:, :1],
+                                            2.0)) == pytest.approx(
+                                                ((1 - 2) ** 2 + 1) / 2)
+
+
+def test_bad_configs_fail_before_any_work(pretrained, tasks, teacher,
+                                          tmp_path):
+  cfg = _config(pretrained, tasks, str(tmp_path), **{
+      'distill.temperature': 0.0, 'augment.replace_prob': 2.0,
+      'mode': 'frozen'})
+  with pytest.raises(task_distill.DistillError) as e:
+    task_distill.distill_task(cfg, str(tmp_path / 'out'))
+  for part in ('has no finetune_meta.json', 'distill.temperature=0.0',
+               "mode='frozen'", 'replace_prob in [0, 1]'):
+    assert part in str(e.value)
+  other = _config(pretrained, tasks, teacher, **{'task.kind': 'regression',
+                                                  'task.train_path':
+                                                      tasks['reg_train']})
+  with pytest.raises(task_distill.DistillError, match='same task settings'):
+    task_distill.distill_task(other, str(tmp_path / 'out'))
+  mapped = _config(pretrained, tasks, teacher,
+                   **{'distill.layer_map': (1, 3)})
+  with pytest.raises(task_distill.DistillError, match='points past'):
+    task_distill.distill_task(mapped, str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.e2e
+def test_distil_a_fine_tuned_teacher_in_two_stages(pretrained, tasks,
+                                                   teacher, tmp_path):
+  cfg = _config(pretrained, tasks, teacher, **{'augment.copies': 1})
+  workdir = str(tmp_path / 'student')
+  result = task_distill.distill_task(cfg, workdir)
+  augment = json.load(open(os.path.join(workdir, task_distill.AUGMENT)))
+  assert augment['with_rewrites'] == 2 * augment['examples'] == 128
+  assert result['train_rows'] == 128
+  assert 0 <= result['metrics']['accuracy'] <= 1
+  stage1 = preset_helpers.read_jsonl(
+      os.path.join(workdir, 'intermediate'))
+  stage2 = preset_helpers.read_jsonl(
+      os.path.join(workdir, 'prediction'))
+  # 128 rows / 8 = 16 steps a stage; the intermediate stage logs its terms.
+  assert [r['step'] for r in stage1] == [4, 8, 12, 16]
+  assert [r['step'] for r in stage2] == [4, 8, 12, 16]
+  for r in stage1:
+    assert r['loss'] == pytest.approx(r['emb_loss'] + r['hidden_loss'] +
+                                      r['att_loss'], rel=1e-5)
+  assert stage1[-1]['att_loss'] < stage1[0]['att_loss']
+  # A rerun finds both stages finished and scores the same student.
+  assert task_distill.distill_task(cfg, workdir)['metrics'] == (
+      result['metrics'])
