@@ -444,7 +444,9 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
     (params, opt_state), health = divergence.guard(
         state.health, state.step, loss, grad_norm, (params, opt_state),
         (state.params, state.opt_state), cfg.divergence.spike_factor,
-        cfg.divergence.spike_window)
+        cfg.divergence.spike_window,
+        restart=jnp.isin(state.step, jnp.asarray(task.stage_starts,
+                                                 jnp.int32)))
     metrics = dict(sums, loss=loss, grad_norm=grad_norm,
                    learning_rate=schedule(state.step), health=health)
     return TrainState(state.step + 1, params, opt_state, health), metrics

@@ -51,8 +51,11 @@ class Task:
   # compiled program holds them as constants. None: ``init(key, batch)``.
   init_inputs: Any = None
   # Whether ``loss`` takes the train step's number as ``step=`` (its loss
-  # changes by stage: TinyBERT); evaluation passes ``step=None``.
+  # changes by stage: TinyBERT); evaluation passes ``step=None``. The
+  # steps where a new stage starts, at which the divergence monitor's
+  # running mean of the loss starts afresh (a new loss is no spike).
   staged: bool = False
+  stage_starts: tuple[int, ...] = ()
 
 
 def model_inputs(batch: dict) -> tuple:

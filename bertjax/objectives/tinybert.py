@@ -411,7 +411,7 @@ def make_task(cfg, vocab_size: int) -> base.Task:
                                                    nets.teacher.cfg),
                    init_inputs=distillation.restore_teacher_inputs(
                        teacher, teacher_boxes),
-                   staged=True)
+                   staged=True, stage_starts=(t.intermediate_steps,))
 
 
 def encoder_config(cfg, vocab_size: int) -> bert_lib.BertConfig:

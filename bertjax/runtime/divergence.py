@@ -36,20 +36,23 @@ def init_health() -> dict:
 
 def guard(health: dict, step: jax.Array, loss: jax.Array,
           grad_norm: jax.Array, new: Any, old: Any, spike_factor: float,
-          spike_window: int) -> tuple[Any, dict]:
+          spike_window: int, restart=False) -> tuple[Any, dict]:
   """``new`` (the updated parameters and optimizer state) if this step is
   finite, else ``old``; and the counters after it.
 
-  ``step`` is the step being taken (its number before the update).
+  ``step`` is the step being taken (its number before the update);
+  ``restart`` (a traced bool) starts the running mean afresh at this step,
+  where the loss changes what it measures (a staged task's next stage).
   """
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   kept = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
   loss = loss.astype(jnp.float32)
   mean, seen = health['loss_mean'], health['finite_steps']
+  known = (seen > 0) & jnp.logical_not(restart)   # A mean to compare with.
   ratio = jnp.where(mean > 0, loss / jnp.where(mean > 0, mean, 1.0), 0.0)
-  spike = finite & (seen > 0) & (spike_factor > 0) & (ratio > spike_factor)
+  spike = finite & known & (spike_factor > 0) & (ratio > spike_factor)
   decay = 1.0 - 1.0 / spike_window
-  new_mean = jnp.where(seen > 0, decay * mean + (1 - decay) * loss, loss)
+  new_mean = jnp.where(known, decay * mean + (1 - decay) * loss, loss)
   one = jnp.ones((), jnp.int32)
   health = {
       'skipped_steps': health['skipped_steps'] + (~finite) * one,

@@ -61,6 +61,19 @@ def test_spikes_are_losses_above_factor_times_the_running_mean():
   assert int(off['loss_spikes']) == 1             # spike_factor=0: off.
 
 
+def test_a_new_stage_restarts_the_mean_instead_of_spiking():
+  health = divergence.init_health()
+  for step in range(4):
+    _, health = _guard(health, step, 0.5)
+  restart = jax.jit(divergence.guard, static_argnums=(6, 7))(
+      health, jnp.int32(4), jnp.float32(6.0), jnp.float32(1.0),
+      {'w': jnp.ones(1)}, {'w': jnp.zeros(1)}, 3.0, 4, jnp.bool_(True))[1]
+  assert int(restart['loss_spikes']) == 0         # 12x, but a new loss.
+  assert float(restart['loss_mean']) == 6.0       # The new stage's own.
+  _, spiked = _guard(health, 4, 6.0)              # Without: a spike.
+  assert int(spiked['loss_spikes']) == 1
+
+
 def _host(**counts):
   health = {k: 0 for k in divergence.init_health()}
   health.update(counts)
