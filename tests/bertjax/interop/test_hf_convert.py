@@ -14,7 +14,9 @@ from bertjax.interop import hf_convert
 from bertjax import runs as runs_lib
 from bertjax.models import bert as bert_lib
 from bertjax.models import electra as electra_models
+from bertjax.objectives import distillation
 from bertjax.objectives import electra as electra_objective
+from bertjax.objectives import tinybert
 
 VOCAB = 500          # Not a multiple of 128: bertjax pads its tables.
 LENGTH = 16
@@ -276,6 +278,24 @@ def test_imported_checkpoint_continues_pretraining(runs, data_dir, tmp_path):
       # zeroes them.
       a, b = a[:vocab], b[:vocab]
     np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+  # The import teaches a TinyBERT student as the run itself would: its
+  # config, tokenizer and parameters restored from the import.
+  student = preset_helpers.set_fields(
+      preset_helpers.load_preset('tinybert', 'size=demo'), {
+          **preset_helpers.TINY_DATA, 'model.num_layers': 1,
+          'model.hidden_size': 16, 'model.intermediate_size': 32,
+          'tinybert.teacher_workdir': str(tmp_path / 'imported')})
+  student = distillation.prepare_config(student, tinybert.NAME)
+  teacher = tinybert.make_task(student, vocab).init_inputs
+  kernel = ('layer_1', 'ffn', 'wi', 'kernel')
+  np.testing.assert_array_equal(
+      _get_path(teacher, kernel).value, _get_path(run.params, kernel))
+
+
+def _get_path(tree, path):
+  for key in path:
+    tree = tree[key]
+  return tree
 
 
 def test_import_into_an_existing_directory_is_refused(saved, tmp_path):
