@@ -217,6 +217,8 @@ def _optimizer_section() -> ml_collections.ConfigDict:
                             # embeddings, not biases or LayerNorm) | all
                             # (fairseq's Adam).
   o.grad_clip_norm = 1.0    # 0 = no clipping.
+  o.grad_clip = 'global'    # global (one norm over every gradient) |
+                            # per_tensor (BertAdam's, TinyBERT's).
   return o
 
 
@@ -645,6 +647,8 @@ def _check_optimizer(o, total_steps: int, errors: list[str]) -> None:
          f'{optim.DECAY_MASKS}.', errors)
   _check(o.grad_clip_norm >= 0, 'optimizer.grad_clip_norm='
          f'{o.grad_clip_norm} must be >= 0 (0 = no clipping).', errors)
+  _check(o.grad_clip in optim.GRAD_CLIPS, f'optimizer.grad_clip='
+         f'{o.grad_clip!r}; use one of {optim.GRAD_CLIPS}.', errors)
 
 
 def _check_divergence(dv, errors: list[str]) -> None:

@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 
 from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_lib
@@ -63,6 +64,9 @@ from data_pipelines import tokenizer as tokenizer_lib
 MODES = ('full', 'frozen', 'adapters', 'weighted_layers', 'gradual_unfreeze')
 INIT_WEIGHTS = ('pretrained', 'random')
 RESULT = 'downstream.json'
+# A multi-task run's workdir (bertjax/multitask.py) holds this file: its
+# encoder fine-tunes like a pretrained run's (``load_pretrained``).
+MULTITASK_META = 'multitask_meta.json'
 _say = train_lib.say  # Process 0 prints.
 _META = 'finetune_meta.json'
 # Keys split once from the seed: head (and random encoder) init, dropout,
@@ -143,6 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.weight_decay = 0.01
   c.optimizer.decay_mask = 'bert'   # bertjax/optim.py DECAY_MASKS.
   c.optimizer.grad_clip_norm = 1.0
+  c.optimizer.grad_clip = 'global'  # | per_tensor (optim.GRAD_CLIPS).
   c.sharding = ml_collections.ConfigDict()
   c.sharding.mesh_shape = (-1, 1, 1)
   c.sharding.replicas = 1
@@ -233,7 +238,11 @@ def _encoder_params(params: dict, cfg, model_cfg) -> dict:
 
 
 def load_pretrained(workdir: str, step: int = 0) -> Pretrained:
-  """The encoder of ``workdir``'s checkpoint at ``step`` (0: the latest)."""
+  """The encoder of ``workdir``'s checkpoint at ``step`` (0: the latest):
+  a pretraining run's, an import's, or a multi-task run's
+  (``_load_multitask``)."""
+  if storage.isfile(os.path.join(workdir, MULTITASK_META)):
+    return _load_multitask(workdir, step)
   try:
     run = runs.load_run(workdir, step or None)
     model_cfg = hf_convert._model_config(run.config, run.vocab_size)  # pylint: disable=protected-access
@@ -245,6 +254,33 @@ def load_pretrained(workdir: str, step: int = 0) -> Pretrained:
                     dataclasses.replace(model_cfg, scan_layers=False,
                                         sbo_positions=0),
                     params, tokenizer_lib.Tokenizer.load(run.tokenizer_path))
+
+
+def _load_multitask(workdir: str, step: int) -> Pretrained:
+  """A multi-task run's (bertjax/multitask.py) shared encoder and pooler at
+  ``step`` (0: the latest), with the architecture, tokenizer and objective
+  of the pretrained run it started from (which must still be readable);
+  its task heads are left out, as a pretraining run's are."""
+  meta = json.loads(storage.read_text(os.path.join(workdir, MULTITASK_META)))
+  base = load_pretrained(meta['pretrained']['workdir'],
+                         meta['pretrained']['step'])
+  directory = storage.absolute(os.path.join(workdir, 'checkpoints'))
+  available = sorted(ocp.utils.checkpoint_steps(directory)) if storage.isdir(
+      directory) else []
+  step = step or (available[-1] if available else 0)
+  if step not in available:
+    raise FinetuneError(f'init={workdir!r} (a multi-task run) has no '
+                        f'checkpoint at step {step}; it has steps '
+                        f'{available}.')
+  with ocp.CheckpointManager(
+      directory,
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    params = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore()))['state']['params']
+  encoder = {k: jax.tree.map(np.asarray, v) for k, v in params.items()
+             if k in ('embeddings', 'pooler') or k.startswith('layer_')}
+  return dataclasses.replace(base, workdir=workdir, step=step,
+                             params=encoder)
 
 
 def downstream_config(cfg, pretrained: Pretrained):
@@ -360,8 +396,10 @@ def dev_split(examples: list, fraction: float, seed: int
 
 def _read_task(cfg) -> downstream.Task:
   t = cfg.task
-  if t.name == 'embedded':
+  if t.name == downstream.EMBEDDED_NAME:
     return downstream.embedded_task(t.examples_per_class, cfg.seed)
+  if t.name == downstream.EMBEDDED_PAIRS_NAME:
+    return downstream.embedded_pairs_task(t.examples_per_class, cfg.seed)
   if t.name == 'files':
     return downstream.load_files(
         t.kind, t.train_path, t.eval_path, text_field=t.text_field,

@@ -48,6 +48,11 @@ import jax.numpy as jnp
 import optax
 
 OPTIMIZERS = ('bert_adamw', 'adamw', 'fairseq_adam', 'lamb')
+# How optimizer.grad_clip_norm applies: one norm over every gradient, or
+# each tensor to its own norm (pytorch-pretrained-bert's BertAdam, which
+# TinyBERT trains with: ``clip_grad_norm_(p, max_grad_norm)`` per
+# parameter).
+GRAD_CLIPS = ('global', 'per_tensor')
 DECAY_MASKS = ('bert', 'all')
 SCHEDULES = ('bert_linear', 'warmup_linear', 'electra', 'spanbert')
 
@@ -201,6 +206,17 @@ def decay_mask(params, which: str = 'bert'):
           ('kernel', 'embedding')), params)
 
 
+def clip_per_tensor(max_norm: float) -> optax.GradientTransformation:
+  """Each gradient tensor scaled to a norm of at most ``max_norm``, as
+  torch's ``clip_grad_norm_`` on one parameter: ``g * min(1, max_norm /
+  (||g|| + 1e-6))``."""
+  def clip(g):
+    norm = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32))))
+    return g * jnp.minimum(1.0, max_norm / (norm + 1e-6)).astype(g.dtype)
+  return optax.stateless(lambda updates, params=None: jax.tree.map(
+      clip, updates))
+
+
 def make_schedule(cfg) -> optax.Schedule:
   o = cfg.optimizer
   if o.schedule not in SCHEDULES:
@@ -231,7 +247,9 @@ def make_optimizer(cfg) -> tuple[optax.GradientTransformation,
     raise ValueError(f'optimizer.name={o.name!r}; use one of {OPTIMIZERS}.')
   decays = lambda params: decay_mask(params, o.decay_mask)
   parts = []
-  if o.grad_clip_norm:
+  if o.grad_clip_norm and o.grad_clip == 'per_tensor':
+    parts.append(clip_per_tensor(o.grad_clip_norm))
+  elif o.grad_clip_norm:
     parts.append(optax.clip_by_global_norm(o.grad_clip_norm))
   parts.append(scale)
   if o.weight_decay:

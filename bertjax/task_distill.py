@@ -86,6 +86,10 @@ def base_config() -> ml_collections.ConfigDict:
   1: 10 epochs at 5e-5; stage 2: 3 epochs at 3e-5; temperature 1) and
   data_augmentation.py's (20 copies, p 0.4, 15 candidates; off)."""
   c = finetune.base_config()
+  # BertAdam: each gradient tensor clipped to norm 1, warmup then linear
+  # decay to 0.
+  c.optimizer.grad_clip = 'per_tensor'
+  c.optimizer.schedule = 'warmup_linear'
   c.teacher = ''                  # A fine-tuning run's workdir.
   c.distill = tinybert.defaults()
   del c.distill['teacher_workdir'], c.distill['intermediate_steps']

@@ -438,6 +438,8 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
         state.params, batch, dropout_key, state.step)
     updates, opt_state = optimizer(state.params).update(
         grads, state.opt_state, state.params)
+    if task.gate is not None:
+      updates = task.gate(updates, state.step)
     params = optax.apply_updates(state.params, updates)
     grad_norm = optax.global_norm(grads)
     # A non-finite step keeps the state it started from (and is counted).
@@ -460,14 +462,13 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
 def init_inputs(steps: Steps, place: Placement | None = None) -> tuple:
   """The arguments of ``steps.init_state``: none for most tasks; a task's
   ``init_inputs`` (a teacher's parameters) placed on ``place``'s mesh by
-  their logical axes, or without ``place`` their shapes (for
-  ``jax.eval_shape``). Arguments, so the init executable does not embed
-  them as constants."""
+  their logical axes, or without ``place`` as the host arrays they are
+  (for ``jax.eval_shape``, or a jit on one device). Arguments, so the init
+  executable does not embed them as constants."""
   if steps.init_inputs is None:
     return ()
   if place is None:
-    return (jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                         sharding.strip_boxes(steps.init_inputs)),)
+    return (sharding.strip_boxes(steps.init_inputs),)
   return (sharding.place_boxed(steps.init_inputs, place.mesh, place.rules),)
 
 

@@ -190,7 +190,7 @@ def bertjax_trajectory(cfg, batches: list[dict], tensors: Callable):
   Trajectory)."""
   task = objectives.get(cfg.objective.name).make_task(cfg, VOCAB)
   steps = train.make_steps(cfg, task, pipeline.batch_spec(cfg))
-  state = jax.jit(steps.init_state)()
+  state = jax.jit(steps.init_state)(*train.init_inputs(steps))
   initial = jax.device_get(nn.unbox(state.params))
   step = jax.jit(steps.train_step)
   rates, losses = [], []

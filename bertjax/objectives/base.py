@@ -56,6 +56,10 @@ class Task:
   # running mean of the loss starts afresh (a new loss is no spike).
   staged: bool = False
   stage_starts: tuple[int, ...] = ()
+  # ``(updates, step) -> updates`` zeroed where the step's stage leaves a
+  # parameter unused (no weight decay either), as a reference optimizer
+  # that skips parameters without a gradient does; None: every update.
+  gate: Callable[[Any, jax.Array], Any] | None = None
 
 
 def model_inputs(batch: dict) -> tuple:

@@ -138,6 +138,13 @@ class TeacherRun:
   vocab_size: int                     # The tokenizer's (tables are padded).
 
 
+def is_teacher_run(workdir: str) -> bool:
+  """Whether ``workdir`` holds a run's metadata or an import's config (what
+  ``read_teacher`` reads first)."""
+  return (storage.isfile(os.path.join(workdir, RUN_META)) or
+          checkpoint_lib.is_params_only(workdir))
+
+
 def read_teacher(cfg, section: str = NAME) -> TeacherRun:
   """Checks ``cfg.<section>.teacher_workdir`` and reads its run (a
   bertjax run, or an import of a transformers BERT).

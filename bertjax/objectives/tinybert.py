@@ -60,6 +60,12 @@ from bertjax.objectives import losses
 from bertjax.objectives import registry
 
 NAME = 'tinybert'
+# Student parameters no TinyBERT loss reads, and the MLM head's (which only
+# the prediction stage reads).
+_UNUSED = ('pooler', 'nsp')
+_MLM_HEAD = ('mlm_transform', 'mlm_norm', 'mlm_output_bias')
+# The checks ask the student's shape only, not its tables' size.
+_ANY_VOCAB = 128
 _INTERMEDIATE = ('embedding_weight', 'hidden_weight', 'attention_weight')
 _PREDICTION = ('prediction_weight', 'mlm_weight')
 
@@ -94,8 +100,9 @@ def check(cfg, errors: list[str]) -> None:
   errors.extend(f'tinybert.{name}={t[name]} must be >= 0.'
                 for name in names if t[name] < 0)
   if not any(t[name] for name in names):
-    errors.append('tinybert: every loss weight is 0, so the loss is 0; '
-                  'TinyBERT weighs each of its losses 1.')
+    errors.append(', '.join(f'tinybert.{name}' for name in names) +
+                  ' are all 0: every loss weight is 0, so the loss is 0; '
+                  'set them > 0 (TinyBERT weighs each of its losses 1).')
   if t.intermediate_steps < 0:
     errors.append(f'tinybert.intermediate_steps={t.intermediate_steps} '
                   'must be >= 0.')
@@ -103,18 +110,29 @@ def check(cfg, errors: list[str]) -> None:
     errors.append('model.scan_layers / model.num_layer_groups: a TinyBERT '
                   'student matches each of its layers to a teacher layer, '
                   'so its layers are distinct and unscanned; set both off.')
-  if not (t.teacher_workdir and distillation.storage.isdir(
-      t.teacher_workdir)):
-    errors.append(f'tinybert.teacher_workdir={t.teacher_workdir!r} is not '
-                  'a directory; use the workdir of a finished bertjax BERT '
+  student = student_config(cfg, _ANY_VOCAB)
+  if t.layer_map:
+    # The teacher's depth bounds it too (below, or when the task is made).
+    explicit = tuple(t.layer_map)
+    if (len(explicit) != student.num_layers or min(explicit) < 1 or
+        any(b <= a for a, b in zip(explicit, explicit[1:]))):
+      errors.append(f'tinybert.layer_map={explicit} must name one teacher '
+                    f'layer (from 1, increasing) for each of the student\'s '
+                    f'{student.num_layers} layers; use () for the uniform '
+                    'map m N / M.')
+  workdir = t.teacher_workdir
+  if not (workdir and distillation.storage.isdir(workdir)):
+    errors.append(f'tinybert.teacher_workdir={workdir!r} is not a '
+                  'directory; use the workdir of a finished bertjax BERT '
                   'run or of an import (experiments/import_hf.py).')
     return
+  if not distillation.is_teacher_run(workdir):
+    return   # prepare_config says what the directory lacks.
   try:
     teacher = distillation.read_teacher(cfg, NAME)
   except distillation.TeacherError as e:
     errors.append(str(e))
     return
-  student = student_config(cfg, teacher.vocab_size)
   try:
     layer_map(t.layer_map, student.num_layers, teacher.model.num_layers)
   except ValueError as e:
@@ -402,16 +420,32 @@ def make_task(cfg, vocab_size: int) -> base.Task:
   def trainable(params):
     flags = lambda tree, value: jax.tree.map(
         lambda _: value, tree, is_leaf=distillation._is_box)
-    return {'student': flags(params['student'], True),
+    # No loss reads the pooler or the NSP head: they keep their init (and
+    # export as it), as BertAdam skips a parameter without a gradient.
+    student = {k: flags(v, k not in _UNUSED)
+               for k, v in params['student'].items()}
+    return {'student': student,
             'projection': flags(params['projection'], True),
             'teacher': flags(params['teacher'], False)}
+
+  def gate(updates, step):
+    # The MLM head learns in the prediction stage only, the projections in
+    # the intermediate stage only; elsewhere they take no step (nor decay).
+    first = (step < t.intermediate_steps).astype(jnp.float32)
+    scale = lambda tree, on: jax.tree.map(
+        lambda u: u * on.astype(u.dtype), tree)
+    student = {k: scale(v, 1.0 - first) if k in _MLM_HEAD else v
+               for k, v in updates['student'].items()}
+    return dict(updates, student=student,
+                projection=scale(updates['projection'], first))
 
   return base.Task(init, loss, trainable,
                    flops_per_token=flops_per_token(cfg, nets.student.cfg,
                                                    nets.teacher.cfg),
                    init_inputs=distillation.restore_teacher_inputs(
                        teacher, teacher_boxes),
-                   staged=True, stage_starts=(t.intermediate_steps,))
+                   staged=True, stage_starts=(t.intermediate_steps,),
+                   gate=gate)
 
 
 def encoder_config(cfg, vocab_size: int) -> bert_lib.BertConfig:

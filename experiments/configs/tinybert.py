@@ -22,8 +22,9 @@ alone, the control of experiments/results/tinybert):
 - data: sequences of 128 tokens with BERT's masking (15%, 80/10/10, up to
   20 predictions), as the pregenerated data the script reads; no NSP;
 - optimizer: BertAdam (Adam without bias correction, decoupled weight
-  decay 0.01 except biases and LayerNorms, gradients clipped to 1.0), peak
-  lr 5e-5 (the script's default), 10% warmup then linear decay, batch 256,
+  decay 0.01 except biases and LayerNorms, each gradient tensor clipped to
+  norm 1.0 on its own), peak lr 5e-5 (the script's default), 10% warmup
+  then linear decay to 0 (``WarmupLinearSchedule``), batch 256,
   300k steps (3 epochs, ``--num_train_epochs 3``, of English Wikipedia:
   about 2.5B words, 25M sequences of 128 tokens).
 
@@ -38,10 +39,15 @@ alone, the control of experiments/results/tinybert):
 256, the demo's data, batch and peak lr 1e-3; half the steps the
 intermediate stage, half the prediction stage.
 
-Reference code: general_distill.py (``att_loss + rep_loss`` with
+Reference code, followed step for step (tests/experiments/
+test_fidelity.py): general_distill.py (``att_loss + rep_loss`` with
 ``MSELoss``, the -1e2 score mask, ``teacher_reps[i * layers_per_block]``,
 BertAdam with ``no_decay = ['bias', 'LayerNorm.bias',
-'LayerNorm.weight']``).
+'LayerNorm.weight']``) and transformer/optimization.py (``BertAdam.step``:
+per-parameter ``clip_grad_norm_``; a parameter without a gradient is
+skipped, so the student's pooler and NSP head never change and its MLM
+head is still only in the prediction stage, the projection only in the
+intermediate one).
 
 Departures: sequences are packed from whole sentences (RoBERTa's full
 sentences) rather than the script's NSP pairs, whose labels it never
@@ -70,6 +76,10 @@ def get_config(arg=None):
   m.size = 'base'
   m.num_layers, m.hidden_size, m.intermediate_size, m.num_heads = SIZES[
       args['size']]
+  # BertAdam: no bias correction, each gradient tensor clipped to norm 1,
+  # warmup then linear decay to 0 (WarmupLinearSchedule).
+  c.optimizer.grad_clip = 'per_tensor'
+  c.optimizer.schedule = 'warmup_linear'
   if not demo:
     c.data.max_seq_length = 128
     c.masking.max_predictions_per_seq = 20

@@ -36,6 +36,9 @@ class _With:
 _ELECTRA = {'objective.name': 'electra'}
 _DISTILLATION = {'objective.name': 'distillation',
                  'distillation.teacher_workdir': _DIR}
+# A directory that is no run: the checks that read the teacher wait for
+# prepare_config, which names what it lacks.
+_TINYBERT = {'objective.name': 'tinybert', 'tinybert.teacher_workdir': _DIR}
 _FILES = {'data.corpus.source': 'files', 'data.corpus.path': _DIR}
 _TFDS = {'data.corpus.source': 'tfds',
          'data.corpus.tfds_name': 'wikipedia/20230601.en:text'}
@@ -107,6 +110,23 @@ INVALID = {
                                           'distillation.cosine_weight': 0.0}))],
     'distillation.mlm_weight': [_With(-1.0, _DISTILLATION)],
     'distillation.cosine_weight': [_With(-1.0, _DISTILLATION)],
+    'tinybert.teacher_workdir': [_With('', _TINYBERT),
+                                 _With('/no/such/teacher', _TINYBERT)],
+    'tinybert.layer_map': [_With((1,), _TINYBERT), _With((2, 1), _TINYBERT),
+                           _With((0, 2), _TINYBERT)],
+    'tinybert.temperature': [_With(0.0, _TINYBERT)],
+    'tinybert.embedding_weight': [
+        _With(-1.0, _TINYBERT),
+        _With(0.0, dict(_TINYBERT, **{
+            'tinybert.hidden_weight': 0.0, 'tinybert.attention_weight': 0.0,
+            'tinybert.prediction_weight': 0.0,
+            'tinybert.intermediate_steps': 1200}))],
+    'tinybert.hidden_weight': [_With(-1.0, _TINYBERT)],
+    'tinybert.attention_weight': [_With(-1.0, _TINYBERT)],
+    'tinybert.prediction_weight': [_With(-1.0, _TINYBERT)],
+    'tinybert.mlm_weight': [_With(-1.0, _TINYBERT)],
+    'tinybert.intermediate_steps': [_With(-1, _TINYBERT)],
+    'optimizer.grad_clip': ['per_layer'],
     'data.corpus.source': ['web'],
     'data.corpus.path': [_With('', _FILES)],
     'data.corpus.text_format': [_With('xml', _FILES)],
@@ -180,6 +200,8 @@ ANY_VALUE = (
     'data.corpus.tfds_data_dir',
     # Both are valid (config_check warns about static masks made once).
     'masking.dynamic',
+    # One projection (the code's) or two (the paper's).
+    'tinybert.share_projection',
 )
 
 # A message says what the field may be: a range, a rule or values to use
@@ -341,6 +363,7 @@ PRESETS = {
     'mixture': [None, 'size=base'],
     'ernie': ['stage=word', 'stage=entity', 'stage=mixed'],
     'distilbert': [None],
+    'tinybert': ['size=4', 'size=6', 'size=demo', 'size=demo,objective=bert'],
     'compare_small': ['objective=bert', 'objective=roberta',
                       'objective=spanbert', 'objective=albert',
                       'objective=electra'],
@@ -350,8 +373,10 @@ _NEEDS = {
     'mixture': {'data.mixture.files.path': _FILE},
     'ernie': {'data.gazetteer_path': _FILE},
     'distilbert': {'distillation.teacher_workdir': _DIR},
+    'tinybert': {'tinybert.teacher_workdir': _DIR},
 }
-NOT_PRETRAINING = ('finetune',)   # finetune.validate checks it.
+# finetune.validate checks these (task_distill and multitask on top).
+NOT_PRETRAINING = ('finetune', 'task_distill', 'multitask')
 
 
 def test_every_preset_is_listed():

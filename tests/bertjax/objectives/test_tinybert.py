@@ -263,8 +263,9 @@ def test_preset_is_general_distills():
       4, 312, 1200, 12)
   assert (c.batch_size, c.data.max_seq_length, o.learning_rate,
           o.warmup_steps, c.total_steps) == (256, 128, 5e-5, 30_000, 300_000)
-  assert (o.name, o.schedule, o.weight_decay, o.grad_clip_norm) == (
-      'bert_adamw', 'bert_linear', 0.01, 1.0)
+  assert (o.name, o.schedule, o.weight_decay, o.grad_clip_norm,
+          o.grad_clip) == ('bert_adamw', 'warmup_linear', 0.01, 1.0,
+                           'per_tensor')
   assert t.intermediate_steps == c.total_steps and t.layer_map == ()
   assert config_check.warnings_for(c) == [] and config_check.errors_for(c) == []
   c.total_steps = 1000
@@ -300,7 +301,7 @@ def _batch(spec):
 def test_train_step_runs_each_stage_and_freezes_the_teacher(teachers):
   steps, spec = _steps(teachers[32], **{'tinybert.intermediate_steps': 5})
   state = jax.jit(lambda teacher: sharding.strip_boxes(steps.init_state(
-      teacher)))(sharding.strip_boxes(steps.init_inputs))
+      teacher)))(*train.init_inputs(steps))
   step = jax.jit(steps.train_step)
   batch = _batch(spec)
   # Two steps: the warmup's rate at the first is 0.
@@ -308,15 +309,33 @@ def test_train_step_runs_each_stage_and_freezes_the_teacher(teachers):
   assert float(m['loss']) == pytest.approx(
       sum(float(m[f'{k}_loss_sum']) for k in ('emb', 'hidden', 'att')) /
       float(m['emb_count']), rel=1e-5)
-  jax.tree.map(np.testing.assert_array_equal, after.params['teacher'],
-               state.params['teacher'])
-  moved = jax.tree.leaves(jax.tree.map(
-      lambda a, b: bool(np.any(a != b)), after.params['projection'],
-      state.params['projection']))
-  assert all(moved)
-  _, m = step(state.replace(step=jnp.asarray(5, jnp.int32)), batch)
+  def moved(a, b):
+    return jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.any(x != y)),
+                                        a, b))
+
+  # Stage 1 moves the encoder and the projections; the teacher, and what
+  # no stage-1 loss reads (the MLM head, pooler, NSP head), stay bitwise.
+  student, before = after.params['student'], state.params['student']
+  assert all(moved(after.params['projection'], state.params['projection']))
+  assert all(moved(student['layer_0'], before['layer_0']))
+  for name in ('teacher',):
+    assert not any(moved(after.params[name], state.params[name]))
+  for name in ('mlm_transform', 'mlm_norm', 'mlm_output_bias', 'pooler',
+               'nsp'):
+    assert not any(moved(student[name], before[name])), name
+  # Stage 2 (from step 5): the prediction loss; the MLM head moves, the
+  # projections and the pooler do not.
+  later = state.replace(step=jnp.asarray(5, jnp.int32))
+  later, _ = step(later, batch)
+  final, m = step(later, batch)
   assert float(m['loss']) == pytest.approx(
       float(m['pred_loss_sum']) / float(m['pred_count']), rel=1e-5)
+  assert all(moved(final.params['student']['mlm_transform'],
+                   state.params['student']['mlm_transform']))
+  for name in ('pooler', 'nsp'):
+    assert not any(moved(final.params['student'][name], before[name]))
+  assert not any(moved(final.params['projection'], later.params[
+      'projection']))
 
 
 def _program_bytes(steps, spec) -> tuple[int, int]:
