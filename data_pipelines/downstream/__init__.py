@@ -10,20 +10,21 @@ one of four kinds:
                    'answers': [{'text': str, 'start': int}, ...]}
                   (``start``: character offset of the answer in context)
 
-Tasks come from three places: ``embedded_task`` (built from the standard
-library's docstrings, the same text bertjax pretrains on by default, so it
-runs with no download), ``load_files`` (JSON Lines or CSV) and ``load_tfds``
-(GLUE, SQuAD v1.1, CoNLL-2003). ``encode`` turns examples into fixed-shape
-numpy arrays with our SentencePiece ``Tokenizer`` in BERT's layout
-([CLS] A [SEP] B [SEP]); ``evaluate`` scores predictions with the task's
-metrics (``METRICS``), the first of which is its headline.
+Tasks come from three places: ``embedded_task`` and ``embedded_pairs_task``
+(built from the standard library's docstrings, the same text bertjax
+pretrains on by default, so they run with no download), ``load_files``
+(JSON Lines or CSV) and ``load_tfds`` (GLUE, SQuAD v1.1, CoNLL-2003).
+``encode`` turns examples into fixed-shape numpy arrays with our
+SentencePiece ``Tokenizer`` in BERT's layout ([CLS] A [SEP] B [SEP]);
+``evaluate`` scores predictions with the task's metrics (``METRICS``), the
+first of which is its headline.
 
 The modules, one concern each:
 
   base.py      the task kinds (``KINDS``), the ignored label (``IGNORE``) and
                ``TaskError``; imports none of the others.
   tasks.py     the ``Task`` type.
-  embedded.py  ``embedded_task``.
+  embedded.py  ``embedded_task`` and ``embedded_pairs_task``.
   files.py     ``load_files`` and the checks of task files.
   tfds.py      ``load_tfds``.
   encoding.py  ``encode`` (and ``truncate_pair``, ``token_char_spans``) and
@@ -37,6 +38,8 @@ from data_pipelines.downstream.base import IGNORE
 from data_pipelines.downstream.base import KINDS
 from data_pipelines.downstream.base import TaskError
 from data_pipelines.downstream.embedded import EMBEDDED_NAME
+from data_pipelines.downstream.embedded import EMBEDDED_PAIRS_NAME
+from data_pipelines.downstream.embedded import embedded_pairs_task
 from data_pipelines.downstream.embedded import embedded_task
 from data_pipelines.downstream.encoding import encode
 from data_pipelines.downstream.encoding import span_predictions
@@ -60,8 +63,9 @@ from data_pipelines.downstream.tfds import load_tfds
 from data_pipelines.downstream.tfds import TFDS_TASKS
 
 __all__ = [
-    'EMBEDDED_NAME', 'IGNORE', 'KINDS', 'METRICS', 'TFDS_TASKS', 'Task',
-    'TaskError', 'accuracy', 'embedded_task', 'encode', 'entity_chunks',
+    'EMBEDDED_NAME', 'EMBEDDED_PAIRS_NAME', 'IGNORE', 'KINDS', 'METRICS',
+    'TFDS_TASKS', 'Task', 'TaskError', 'accuracy', 'embedded_pairs_task',
+    'embedded_task', 'encode', 'entity_chunks',
     'entity_f1', 'evaluate', 'exact_match', 'f1', 'load_files', 'load_tfds',
     'matthews', 'normalize_answer', 'pearson', 'span_f1', 'span_predictions',
     'spearman', 'token_char_spans', 'truncate_pair',

@@ -1,8 +1,14 @@
-"""The embedded task: which standard-library package does this docstring
-paragraph come from?
+"""The embedded tasks, built from the text bertjax pretrains on by default
+(``corpus.py``'s embedded corpus), so they run with no download:
 
-Built from the text bertjax pretrains on by default (``corpus.py``'s
-embedded corpus), so it runs with no download.
+  embedded        which standard-library package does this docstring
+                  paragraph come from? (8 classes)
+  embedded_pairs  do these two docstring paragraphs come from the same
+                  package? (a sentence pair, yes/no; 4 pairs per paragraph,
+                  so 4 times ``embedded``'s training set)
+
+Both split train/eval by the same hash of a paragraph's text, so no
+paragraph of an ``embedded`` eval example is in either task's training set.
 """
 
 from __future__ import annotations
@@ -22,11 +28,16 @@ from data_pipelines.downstream import base
 from data_pipelines.downstream import tasks
 
 EMBEDDED_NAME = 'embedded'
+EMBEDDED_PAIRS_NAME = 'embedded_pairs'
 # The packages with the most paragraphs become the classes; a package needs
 # enough paragraphs that its eval share (~20%) is not a handful.
 _EMBEDDED_CLASSES = 8
 _EMBEDDED_MIN_PARAGRAPHS = 40
 _EVAL_PERCENT = 20
+# Pairs per paragraph of embedded_pairs: half with a paragraph of the same
+# package, half with one of another.
+_PAIRS_PER_PARAGRAPH = 4
+_PAIR_LABELS = ('different', 'same')
 # The corpus's own readers, so the embedded task sees exactly the pretraining
 # text.
 _read_text = corpus_lib._read_text  # pylint: disable=protected-access
@@ -139,13 +150,91 @@ def embedded_task(examples_per_class: int = 0, seed: int = 0) -> tasks.Task:
   Raises:
     TaskError: fewer than two packages qualify (a stripped Python install).
   """
-  if examples_per_class < 0:
-    raise base.TaskError(f'examples_per_class={examples_per_class} must be '
-                         '>= 0 (0 = all).')
+  _check_examples_per_class(examples_per_class)
   packages = _package_paragraphs()
   names = _class_packages(packages)
   train, eval_ = _split_by_hash(packages, names)
   if examples_per_class:
     train = _first_per_class(train, examples_per_class, seed)
   return tasks.Task(EMBEDDED_NAME, 'classification', tuple(names),
+                    ('accuracy', 'f1'), train, eval_)
+
+
+def _check_examples_per_class(examples_per_class: int) -> None:
+  if examples_per_class < 0:
+    raise base.TaskError(f'examples_per_class={examples_per_class} must be '
+                         '>= 0 (0 = all).')
+
+
+def _pairs(split: list[dict]) -> list[dict]:
+  """``_PAIRS_PER_PARAGRAPH`` pairs for each example of ``split`` (one split
+  of the embedded task), in its order: the paragraph, then a partner from
+  the same split, alternately of its own package (label 1) and of another
+  (label 0).
+
+  Same-package partners are distinct paragraphs other than itself; the other
+  packages are distinct, each drawn uniformly (so a partner's package says
+  nothing about the label), then a paragraph in it uniformly. The draws are
+  seeded by the paragraph's hash: a paragraph's pairs depend on it and its
+  split's members only, never on a global order.
+  """
+  members = collections.defaultdict(list)
+  for example in split:
+    members[example['label']].append(example['text'])
+  position = {text: i for texts in members.values()
+              for i, text in enumerate(texts)}
+  packages = sorted(members)
+  half = _PAIRS_PER_PARAGRAPH // 2
+  few = sorted(p for p, texts in members.items() if len(texts) <= half)
+  if few:
+    raise base.TaskError(f'embedded_pairs: packages {few} have {half} '
+                         'paragraphs or fewer in a split, too few to pair.')
+  pairs = []
+  for example in split:
+    text, label = example['text'], example['label']
+    rng = np.random.default_rng(
+        int.from_bytes(_stable_digest(text)[:8], 'big'))
+    own = members[label]
+    # Indices into own less the paragraph itself: skip past its position.
+    same = [own[j + (j >= position[text])]
+            for j in rng.choice(len(own) - 1, half, replace=False)]
+    others = rng.choice([p for p in packages if p != label], half,
+                        replace=False)
+    different = [members[p][rng.integers(len(members[p]))] for p in others]
+    for positive, negative in zip(same, different):
+      pairs.append({'text': text, 'text_pair': positive, 'label': 1})
+      pairs.append({'text': text, 'text_pair': negative, 'label': 0})
+  return pairs
+
+
+def embedded_pairs_task(examples_per_class: int = 0, seed: int = 0
+                        ) -> tasks.Task:
+  """Do two standard-library docstring paragraphs come from the same package?
+
+  A sentence-pair task (labels ``different``, ``same``; accuracy and F1 of
+  ``same``, as GLUE's MRPC) over the paragraphs and packages of
+  ``embedded_task``, in the same hash split: a training pair joins two
+  training paragraphs, an eval pair two eval paragraphs. Each paragraph
+  leads ``_PAIRS_PER_PARAGRAPH`` pairs, half with a paragraph of its own
+  package and half with one of another (``_pairs``), so the labels are
+  exactly balanced and the training set is ``_PAIRS_PER_PARAGRAPH`` times
+  ``embedded_task``'s. Deterministic: the same pairs on every machine with
+  the same Python.
+
+  Args:
+    examples_per_class: 0 keeps every training pair; N keeps the first N of
+      each label in an order drawn from ``seed``. Evaluation is never
+      subsampled.
+    seed: picks the kept training pairs.
+
+  Raises:
+    TaskError: fewer than two packages qualify (a stripped Python install).
+  """
+  _check_examples_per_class(examples_per_class)
+  packages = _package_paragraphs()
+  train, eval_ = _split_by_hash(packages, _class_packages(packages))
+  train, eval_ = _pairs(train), _pairs(eval_)
+  if examples_per_class:
+    train = _first_per_class(train, examples_per_class, seed)
+  return tasks.Task(EMBEDDED_PAIRS_NAME, 'classification', _PAIR_LABELS,
                     ('accuracy', 'f1'), train, eval_)
