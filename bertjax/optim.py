@@ -158,11 +158,12 @@ def _is_scanned(path) -> bool:
 def _reference_tensor_axes(path, leaf) -> tuple[int, ...]:
   """The axes one reference tensor spans in ``leaf``: all but a scanned
   stack's layer axis and the fused Q/K/V axis of ``qkv_kernel`` [D, 3, H,
-  K], which are separate tensors in the reference's graph."""
+  K] and ``qkv_bias`` [3, H, K], which are separate tensors in the
+  reference's graph."""
   keep = set()
   if _is_scanned(path):
     keep.add(0)
-  if _leaf_name(path) == 'qkv_kernel':
+  if _leaf_name(path) in ('qkv_kernel', 'qkv_bias'):
     keep.add(leaf.ndim - 3)
   return tuple(a for a in range(leaf.ndim) if a not in keep)
 
@@ -209,12 +210,15 @@ def decay_mask(params, which: str = 'bert'):
 def clip_per_tensor(max_norm: float) -> optax.GradientTransformation:
   """Each gradient tensor scaled to a norm of at most ``max_norm``, as
   torch's ``clip_grad_norm_`` on one parameter: ``g * min(1, max_norm /
-  (||g|| + 1e-6))``."""
-  def clip(g):
-    norm = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32))))
+  (||g|| + 1e-6))``; the tensors are the reference's
+  (``_reference_tensor_axes``: query, key and value each their own)."""
+  def clip(path, g):
+    norm = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32)),
+                            axis=_reference_tensor_axes(path, g),
+                            keepdims=True))
     return g * jnp.minimum(1.0, max_norm / (norm + 1e-6)).astype(g.dtype)
-  return optax.stateless(lambda updates, params=None: jax.tree.map(
-      clip, updates))
+  return optax.stateless(lambda updates, params=None: (
+      jax.tree_util.tree_map_with_path(clip, updates)))
 
 
 def make_schedule(cfg) -> optax.Schedule:

@@ -414,7 +414,10 @@ def distill_task(cfg, workdir: str) -> dict:
     raise DistillError(f'init={cfg.init!r} and teacher={cfg.teacher!r} use '
                        'different tokenizers: the student must read the '
                        'teacher\'s tokens.')
-  student_cfg = finetune.downstream_config(cfg, student_run)
+  # The [PAD] row takes no gradient, as the code's nn.Embedding(
+  # padding_idx=0): the MSE losses read padded positions.
+  student_cfg = dataclasses.replace(
+      finetune.downstream_config(cfg, student_run), pad_row_trains=False)
   try:
     mapping = tinybert.layer_map(cfg.distill.layer_map,
                                  student_cfg.num_layers,

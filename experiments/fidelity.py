@@ -19,6 +19,7 @@ learning rate and the loss at every step and every final tensor.
 | ELECTRA | electra.py | google-research/electra: model/optimization.py, run_pretraining.py (``PretrainingModel``) |
 | SpanBERT | spanbert.py | facebookresearch/SpanBERT: pretraining/fairseq/optim/adam.py, optim/lr_scheduler/polynomial_decay_schedule.py, models/pair_bert.py (``BertPairTargetPredictionHead``), criterions/spanbert_loss.py |
 | DistilBERT | distilbert.py | huggingface/transformers: examples/research_projects/distillation/distiller.py (``Distiller``), train.py |
+| TinyBERT | tinybert.py | huawei-noah/Pretrained-Language-Model: TinyBERT/general_distill.py, transformer/optimization.py (``BertAdam``) |
 
 Every preset is shrunk the same way (``TINY``: 2 layers of width 32, 500
 vocabulary ids in a table padded to 512, 32 tokens, batch 4) and trained
@@ -61,6 +62,7 @@ from bertjax.interop import hf_convert
 from bertjax.models import electra as electra_lib
 from bertjax.objectives import distillation
 from bertjax.objectives import electra as electra_objective
+from bertjax.objectives import tinybert
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -769,6 +771,120 @@ def reference_distilbert(cfg, params, batches, workdir):
   return Trajectory(rates, losses, torch_state(student))
 
 
+class BertAdam:
+  """TinyBERT transformer/optimization.py ``BertAdam.step``: a parameter
+  without a gradient is skipped; each one's gradient is clipped to
+  ``max_grad_norm`` on its own (``clip_grad_norm_(p, ...)``); raw moments,
+  ``update = m / (sqrt(v) + e) + wd * p`` for the names general_distill.py
+  decays; ``p -= lr * update``, the lr from the parameter's own step
+  count."""
+
+  def __init__(self, named: dict, b1: float, b2: float, eps: float,
+               weight_decay: float, max_grad_norm: float, schedule):
+    self.named, self.schedule = named, schedule
+    self.b1, self.b2, self.eps, self.wd = b1, b2, eps, weight_decay
+    self.clip = max_grad_norm
+    self.state = {}
+
+  @torch.no_grad()
+  def step(self, lr: float) -> None:
+    del lr   # Each parameter's own count gives it (the schedule's).
+    no_decay = ('bias', 'LayerNorm.bias', 'LayerNorm.weight')
+    for name, p in self.named.items():
+      if p.grad is None:
+        continue
+      state = self.state.setdefault(name, {'step': 0, 'm': torch.zeros_like(
+          p), 'v': torch.zeros_like(p)})
+      torch.nn.utils.clip_grad_norm_(p, self.clip)
+      g = p.grad
+      state['m'].mul_(self.b1).add_(g, alpha=1 - self.b1)
+      state['v'].mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+      update = state['m'] / (state['v'].sqrt() + self.eps)
+      if not any(nd in name for nd in no_decay):
+        update += self.wd * p
+      p.add_(-self.schedule(state['step']) * update)
+      state['step'] += 1
+
+
+def attention_scores(layer, hidden: torch.Tensor, mask: torch.Tensor):
+  """TinyBERT modeling.py ``BertSelfAttention``'s ``attention_scores``:
+  QK^T / sqrt(d) plus the extended mask, (1 - mask) * -10000."""
+  attention = layer.attention.self
+  b, l, _ = hidden.shape
+  heads = attention.num_attention_heads
+  split = lambda x: x.view(b, l, heads, -1).permute(0, 2, 1, 3)
+  q, k = split(attention.query(hidden)), split(attention.key(hidden))
+  scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+  return scores + (1.0 - mask[:, None, None, :].float()) * -10000.0
+
+
+def reference_tinybert(cfg, params, batches, workdir):
+  """general_distill.py: ``att_loss + rep_loss``, MSE of the attention
+  scores (those <= -1e2 zeroed) of student layer i against teacher layer
+  (i + 1) k - 1 and of ``fit_dense`` of each student representation
+  (embeddings first) against teacher representation i k, k = N / M;
+  BertAdam with WarmupLinearSchedule."""
+  student = load_reference(os.path.join(workdir, 'student'), params, cfg,
+                           'bert')
+  teacher_cfg = load_config(FAMILIES['bert'])
+  teacher_cfg.model.num_layers = TEACHER_LAYERS
+  h = teacher_cfg.model.hidden_size
+  heads = {'pooler': {'kernel': np.zeros((h, h)), 'bias': np.zeros(h)},
+           'nsp': {'kernel': np.zeros((h, 2)), 'bias': np.zeros(2)}}
+  state = {k: v for k, v in exported(
+      {**params['teacher'], **heads}, teacher_cfg, 'bert').items()
+           if not k.startswith(('bert.pooler', 'cls.seq'))}
+  teacher = load_model(os.path.join(workdir, 'teacher'), state, {
+      **hf_convert.hf_config(teacher_cfg, 'bert', VOCAB),
+      'architectures': ['BertForMaskedLM']})
+  kernel = params['projection']['hidden']['kernel']
+  fit = torch.nn.Linear(*kernel.shape)
+  with torch.no_grad():
+    fit.weight.copy_(_t(kernel).T)
+    fit.bias.copy_(_t(params['projection']['hidden']['bias']))
+  named = parameters(('', student), ('fit_dense.', fit))
+  o = cfg.optimizer
+  schedule = linear_with_warmup(o.learning_rate, o.warmup_steps,
+                                cfg.total_steps)
+  optimizer = BertAdam(named, o.b1, o.b2, o.eps, o.weight_decay,
+                       o.grad_clip_norm, schedule)
+  mse = torch.nn.MSELoss()
+
+  def loss_fn(t, batch):
+    del t
+    inputs = {'input_ids': _long(batch, 'input_ids'),
+              'token_type_ids': _long(batch, 'token_type_ids'),
+              'attention_mask': _long(batch, 'attention_mask')}
+    mask = inputs['attention_mask']
+    s = student.bert(**inputs, output_hidden_states=True).hidden_states
+    with torch.no_grad():
+      t_reps = teacher.bert(**inputs, output_hidden_states=True
+                            ).hidden_states
+    layers_s, layers_t = len(s) - 1, len(t_reps) - 1
+    k = layers_t // layers_s
+    s_atts = [attention_scores(student.bert.encoder.layer[i], s[i], mask)
+              for i in range(layers_s)]
+    t_atts = [attention_scores(teacher.bert.encoder.layer[i], t_reps[i],
+                               mask) for i in range(layers_t)]
+    zero = lambda a: torch.where(a <= -1e2, torch.zeros_like(a), a)
+    att_loss = sum(mse(zero(a), zero(t_atts[i * k + k - 1]))
+                   for i, a in enumerate(s_atts))
+    rep_loss = sum(mse(fit(rep), t_reps[i * k]) for i, rep in enumerate(s))
+    return att_loss + rep_loss
+
+  rates, losses = run_steps(cfg, batches, named, loss_fn, optimizer,
+                            linear_with_warmup)
+  return Trajectory(rates, losses, {**torch_state(student),
+                                    **torch_state(fit, 'fit_dense.')})
+
+
+def tinybert_tensors(cfg, params) -> dict:
+  projection = params['projection']['hidden']
+  return {**untied(exported(params, cfg, 'bert')),
+          'fit_dense.weight': np.asarray(projection['kernel']).T,
+          'fit_dense.bias': np.asarray(projection['bias'])}
+
+
 FAMILIES = {f.name: f for f in (
     Family('bert', 'bert.py', 'google-research/bert optimization.py, '
            'run_pretraining.py', {}, reference_bert,
@@ -796,6 +912,10 @@ FAMILIES = {f.name: f for f in (
            'examples/research_projects/distillation/distiller.py',
            {'distillation.student_layers': 2}, reference_distilbert,
            lambda cfg, p: untied(exported(p, cfg, 'distilbert'))),
+    Family('tinybert', 'tinybert.py', 'huawei-noah/Pretrained-Language-'
+           'Model TinyBERT/general_distill.py, transformer/optimization.py',
+           {'model.hidden_size': 16, 'model.intermediate_size': 32},
+           reference_tinybert, tinybert_tensors),
 )}
 
 
@@ -845,12 +965,12 @@ def trajectory(name: str) -> Fidelity:
   start = time.perf_counter()
   with tempfile.TemporaryDirectory() as workdir:
     cfg = load_config(family)
-    if cfg.objective.name == distillation.NAME:
+    if cfg.objective.name in (distillation.NAME, tinybert.NAME):
       teacher = os.path.join(workdir, 'teacher')
       os.makedirs(teacher)
-      cfg.distillation.teacher_workdir = teacher
+      cfg[cfg.objective.name].teacher_workdir = teacher
       cfg.data.tokenizer.model_path = write_teacher(teacher, cfg)
-      cfg = distillation.prepare_config(cfg)
+      cfg = distillation.prepare_config(cfg, cfg.objective.name)
     batches = make_batches(cfg)
     initial, ours = bertjax_trajectory(cfg, batches, family.tensors)
     torch.manual_seed(0)

@@ -31,6 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from data_pipelines.tokenizer import PAD_ID
 from data_pipelines.tokenizer import SEP_ID
 
 # Size presets: (layers, hidden, heads). FFN is 4 x hidden, heads are 64 wide.
@@ -108,6 +109,12 @@ class BertConfig:
   # explicit softmax: cuDNN's dropout seed is a compile-time constant, which
   # would draw the same mask every step.
   attention_impl: str = 'xla'
+  # False: the word table's [PAD] row takes no gradient, as PyTorch's
+  # nn.Embedding(padding_idx=0) in TinyBERT's code, whose MSE reads padded
+  # positions (no BERT loss reaches the row; ELECTRA's discriminator may
+  # read a sampled [PAD] at a real position, and google-research/electra
+  # trains it).
+  pad_row_trains: bool = True
   # Bottleneck adapters (Houlsby et al., 2019) of this width after the
   # attention and the FFN of every layer, for parameter-efficient
   # fine-tuning; 0 = none (pretraining never has them).
@@ -236,7 +243,11 @@ class Embeddings(nn.Module):
 
   def __call__(self, input_ids, token_type_ids, deterministic: bool):
     positions = jnp.arange(input_ids.shape[1])[None, :]
-    x = self.word(input_ids) + self.position(positions)
+    words = self.word(input_ids)
+    if not self.cfg.pad_row_trains:
+      words = jnp.where((input_ids == PAD_ID)[..., None],
+                        jax.lax.stop_gradient(words), words)
+    x = words + self.position(positions)
     if self.cfg.type_vocab_size:
       x = x + self.token_type(token_type_ids)
     x = self.dropout(self.layer_norm(x), deterministic=deterministic)

@@ -190,11 +190,12 @@ def layer_map(explicit, student_layers: int, teacher_layers: int
 
 def student_config(cfg, vocab_size: int) -> bert_lib.BertConfig:
   """This run's ``model`` section over the teacher's tokenizer, with a
-  pooler and NSP head (an exported BERT has both; neither trains here)
-  and no SBO head."""
+  pooler and NSP head (an exported BERT has both; neither trains here),
+  no SBO head, and a [PAD] embedding that takes no gradient (the code's
+  ``nn.Embedding(padding_idx=0)``: the MSE losses read padded positions)."""
   return dataclasses.replace(
       model_config_lib.encoder_config(cfg.model, vocab_size),
-      with_pooler_nsp=True, sbo_positions=0)
+      with_pooler_nsp=True, sbo_positions=0, pad_row_trains=False)
 
 
 # ---- The losses.

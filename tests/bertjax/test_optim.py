@@ -251,3 +251,30 @@ def test_lamb_trust_ratio_is_per_reference_tensor():
       out['out_kernel'],
       update[0] * jnp.linalg.norm(qkv[0]) / jnp.linalg.norm(update[0]),
       rtol=1e-5)
+
+
+def test_per_tensor_clipping_is_torchs_per_reference_tensor():
+  """BertAdam's ``clip_grad_norm_(p, c)`` on each parameter: query, key and
+  value, fused in ``qkv_kernel`` and ``qkv_bias``, are clipped apart."""
+  rng = np.random.default_rng(0)
+  grads = {'layer_0': {'attention': {
+      'qkv_kernel': rng.normal(size=(4, 3, 2, 2)).astype(np.float32),
+      'qkv_bias': rng.normal(size=(3, 2, 2)).astype(np.float32)}},
+           'small': np.full((3,), 0.1, np.float32)}
+  grads['layer_0']['attention']['qkv_kernel'][:, 1] *= 0.01   # Key: small.
+  clipped, _ = optim.clip_per_tensor(1.0).update(grads, optax.EmptyState())
+
+  def torch_clip(g):
+    return g * min(1.0, 1.0 / (np.linalg.norm(g) + 1e-6))
+
+  for name, axis in (('qkv_kernel', 1), ('qkv_bias', 0)):
+    g = grads['layer_0']['attention'][name]
+    expected = np.stack([torch_clip(np.take(g, i, axis)) for i in range(3)],
+                        axis)
+    np.testing.assert_allclose(clipped['layer_0']['attention'][name],
+                               expected, rtol=1e-6)
+  # Under the norm: left as it is (the key's part above too).
+  np.testing.assert_array_equal(clipped['small'], grads['small'])
+  key = clipped['layer_0']['attention']['qkv_kernel'][:, 1]
+  np.testing.assert_allclose(
+      key, grads['layer_0']['attention']['qkv_kernel'][:, 1], rtol=1e-6)

@@ -15,7 +15,8 @@ _PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), 'experiments', 'fidelity.py')
 # Named here, not read from the module: importing it imports torch and
 # transformers, which only the worker that runs these tests should pay for.
-FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'spanbert', 'distilbert')
+FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'spanbert', 'distilbert',
+            'tinybert')
 # Measured: every difference is below 3e-4.
 TOLERANCE = 1e-3
 # About 45 s in all (a compile and a reference per family).
