@@ -152,7 +152,17 @@ def _additive_interval(diff: np.ndarray, confidence: float) -> Interval:
   example_n + residual_sn: the grand mean's variance is
   var_seed / S + var_example / N + var_residual / (S N), estimated
   unbiasedly from the mean squares as
-  MS_seeds / (S N) + MS_examples / (S N) - MS_residual / (S N)."""
+  MS_seeds / (S N) + MS_examples / (S N) - MS_residual / (S N).
+
+  The variance is at least its last term, var_residual / (S N), estimated
+  by MS_residual / (S N): the unbiased estimate is floored there. Where the
+  data show no seed or example effect beyond the interaction (seeds that
+  each predict one constant class: every example right under one seed and
+  wrong under another) the subtraction would otherwise leave 0 or a sliver,
+  a zero-width interval or, through Welch-Satterthwaite's degrees of
+  freedom of a near-cancelling sum, an enormous one. The degrees of
+  freedom are Welch-Satterthwaite's over the positive terms (the seeds'
+  and the examples'), the residual's where both are 0."""
   num_seeds, num_examples = diff.shape
   grand = float(diff.mean())
   rows, cols = diff.mean(axis=1), diff.mean(axis=0)
@@ -162,11 +172,15 @@ def _additive_interval(diff: np.ndarray, confidence: float) -> Interval:
                      ((cols_var, num_examples - 1),))
   rows_var = float(rows.var(ddof=1)) / num_seeds
   residual = diff - rows[:, None] - cols[None, :] + grand
-  residual_var = float(np.sum(residual ** 2)) / (
-      (num_seeds - 1) * (num_examples - 1)) / (num_seeds * num_examples)
-  return _interval(grand, confidence, num_seeds, num_examples, (
-      (rows_var, num_seeds - 1), (cols_var, num_examples - 1),
-      (-residual_var, (num_seeds - 1) * (num_examples - 1))))
+  residual_dof = (num_seeds - 1) * (num_examples - 1)
+  residual_var = float(np.sum(residual ** 2)) / residual_dof / (
+      num_seeds * num_examples)
+  total = max(rows_var + cols_var - residual_var, residual_var)
+  positive = [(v, d) for v, d in ((rows_var, num_seeds - 1),
+                                  (cols_var, num_examples - 1)) if v > 0]
+  dof = (total ** 2 / sum(v ** 2 / d for v, d in positive) if positive
+         else residual_dof)
+  return _t_interval(grand, total, dof, confidence, num_seeds, num_examples)
 
 
 def _interval(estimate: float, confidence: float, num_seeds: int,
@@ -179,6 +193,16 @@ def _interval(estimate: float, confidence: float, num_seeds: int,
   if total == 0.0:
     return Interval(estimate, estimate, estimate, num_seeds, num_examples)
   dof = total ** 2 / sum(v ** 2 / d for v, d in components if d > 0)
-  half = _quantile(dof, confidence) * math.sqrt(total)
+  return _t_interval(estimate, total, dof, confidence, num_seeds,
+                     num_examples)
+
+
+def _t_interval(estimate: float, variance: float, dof: float,
+                confidence: float, num_seeds: int, num_examples: int
+                ) -> Interval:
+  """``estimate +- t(dof) * sqrt(variance)`` (a point where it is 0)."""
+  if variance == 0.0:
+    return Interval(estimate, estimate, estimate, num_seeds, num_examples)
+  half = _quantile(dof, confidence) * math.sqrt(variance)
   return Interval(estimate, estimate - half, estimate + half, num_seeds,
                   num_examples)

@@ -1,5 +1,7 @@
 """Intervals over seeds and examples: known answers and coverage."""
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -117,6 +119,26 @@ def test_a_metric_callable_agrees_with_the_additive_path():
   # wider, never narrower by more than resampling noise.
   width = lambda iv: iv.high - iv.low
   assert 0.95 * width(fast) <= width(slow) <= 1.3 * width(fast)
+
+
+def test_seeds_predicting_opposite_constants_get_a_finite_interval():
+  """Two seeds, each predicting one class of a balanced binary task: every
+  example is right under one seed and wrong under the other. No seed or
+  example effect shows, only their interaction; the unbiased estimate
+  would be 0 (a zero-width interval) or a sliver with no degrees of
+  freedom (an enormous one)."""
+  right = np.tile([1.0, 0.0], 100)
+  a = np.stack([right, 1 - right])
+  iv = intervals.hierarchical_interval(a)
+  assert iv.estimate == 0.5
+  # The residuals are all +-0.5: 400 of them over (2-1)(200-1) dof.
+  half = stats.t.ppf(0.975, 199) * math.sqrt(400 * 0.25 / 199 / 400)
+  np.testing.assert_allclose([iv.low, iv.high], [0.5 - half, 0.5 + half],
+                             rtol=1e-9)
+  # Against an arm that is always right: a finite interval, excluding 0.
+  diff = intervals.hierarchical_interval(a, np.ones_like(a))
+  assert diff.estimate == -0.5 and diff.excludes_zero
+  assert -0.6 < diff.low < diff.high < -0.4
 
 
 def test_bad_shapes_are_errors():
