@@ -398,8 +398,8 @@ def _read_task(cfg) -> downstream.Task:
   t = cfg.task
   if t.name == downstream.EMBEDDED_NAME:
     return downstream.embedded_task(t.examples_per_class, cfg.seed)
-  if t.name == downstream.EMBEDDED_PAIRS_NAME:
-    return downstream.embedded_pairs_task(t.examples_per_class, cfg.seed)
+  if t.name == downstream.EMBEDDED_TOP4_NAME:
+    return downstream.embedded_top4_task(t.examples_per_class, cfg.seed)
   if t.name == 'files':
     return downstream.load_files(
         t.kind, t.train_path, t.eval_path, text_field=t.text_field,
@@ -721,11 +721,14 @@ class Compiled(NamedTuple):
 
 
 def shard_and_compile(steps: Steps, place: train_lib.Placement,
-                      data: TaskData, batch_size: int) -> Compiled:
+                      data: TaskData, batch_size: int, *init_args
+                      ) -> Compiled:
   """Shardings from the logical axes (the state is born sharded) and the
-  update step compiled ahead of time; under ``place``'s mesh and rules."""
+  update step compiled ahead of time; under ``place``'s mesh and rules.
+  ``init_args``: what ``steps.init_state`` takes (shapes will do: task
+  distillation's teacher)."""
   abstract_state, state_sh = sharding.state_shardings(
-      steps.init_state, place.mesh, place.rules)
+      steps.init_state, place.mesh, place.rules, *init_args)
   sharding.check_divisible(abstract_state, place.mesh)
   abstract_batch = {
       k: jax.ShapeDtypeStruct((batch_size,) + data.train[k].shape[1:],

@@ -70,6 +70,12 @@ from data_pipelines import tokenizer as tokenizer_lib
 
 RESULT = 'distilled.json'
 AUGMENT = 'augment.json'
+META = 'task_distill_meta.json'
+# The config sections a resumed run must share (the rest says where files
+# go and how often to log).
+_IDENTITY = ('seed', 'init', 'init_step', 'teacher', 'task', 'max_seq_length',
+             'batch_size', 'pooling', 'model', 'optimizer', 'distill',
+             'augment')
 STAGES = ('intermediate', 'prediction')
 KINDS = ('classification', 'regression')
 _FINETUNE_META = 'finetune_meta.json'
@@ -408,6 +414,16 @@ def distill_task(cfg, workdir: str) -> dict:
   """Distils ``cfg.teacher`` into ``cfg.init``'s encoder on ``cfg.task`` in
   ``workdir`` (resuming if possible); returns ``distilled.json``."""
   validate(cfg)
+  identity = json.loads(json.dumps(
+      {name: train_lib.config_section(cfg, name) for name in _IDENTITY}))
+  meta_path = os.path.join(workdir, META)
+  if storage.isfile(meta_path):
+    saved = json.loads(storage.read_text(meta_path))['identity']
+    changed = sorted(k for k in identity if saved.get(k) != identity[k])
+    if changed:
+      raise DistillError(f'{workdir!r} holds a task distillation with other '
+                         f'settings of {changed}; use a new --workdir (or '
+                         'the same settings to resume).')
   teacher = read_teacher(cfg)
   student_run = finetune.load_pretrained(cfg.init, cfg.init_step)
   if student_run.tokenizer.sha256 != teacher.pretrained.tokenizer.sha256:
@@ -439,6 +455,8 @@ def distill_task(cfg, workdir: str) -> dict:
         cfg, data.task, augmented, student_run.tokenizer))
   if jax.process_index() == 0:
     storage.makedirs(workdir)
+    train_lib.write_json_atomic(meta_path, {'identity': identity,
+                                            'config': cfg.to_dict()})
     train_lib.write_json_atomic(os.path.join(workdir, AUGMENT), {
         'examples': len(data.task.train), 'with_rewrites': len(augmented),
         'samples': [e['text'] for e in augmented[:2 + cfg.augment.copies]]})
@@ -486,23 +504,14 @@ def distill_task(cfg, workdir: str) -> dict:
 
 def _compile(steps: finetune.Steps, place, data, batch_size: int, boxed
              ) -> finetune.Compiled:
+  """Fine-tuning's shardings and compiled steps; the teacher's leaves
+  sharded by their logical axes (its boxes put back on its shapes)."""
   abstract_teacher = jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
       sharding.strip_boxes(boxed))
-  abstract_state, state_sh = sharding.state_shardings(
-      lambda t: steps.init_state(_rebox(boxed, t)), place.mesh, place.rules,
-      abstract_teacher)
-  abstract_batch = {
-      k: jax.ShapeDtypeStruct((batch_size,) + data.train[k].shape[1:],
-                              data.train[k].dtype, sharding=place.batch_sh)
-      for k in data.features}
-  train_step = train_lib.compile_step(steps.train_step, place.mesh, state_sh,
-                                      place.batch_sh, abstract_state,
-                                      abstract_batch)
-  predict = jax.jit(steps.predict,
-                    in_shardings=(state_sh.params, place.batch_sh),
-                    out_shardings=sharding.replicated(place.mesh))
-  return finetune.Compiled(abstract_state, state_sh, train_step, predict)
+  return finetune.shard_and_compile(
+      steps._replace(init_state=lambda t: steps.init_state(_rebox(boxed, t))),
+      place, data, batch_size, abstract_teacher)
 
 
 def _rebox(boxed, values):

@@ -697,25 +697,30 @@ def write_teacher(workdir: str, cfg) -> str:
   return tokenizer
 
 
+def load_teacher(params: dict, workdir: str):
+  """The teacher of ``write_teacher`` holding ``params`` as transformers'
+  ``BertForMaskedLM``. Distillation runs no pooler or NSP head: zeros
+  stand in for them in the export, and the class has neither."""
+  teacher_cfg = load_config(FAMILIES['bert'])
+  teacher_cfg.model.num_layers = TEACHER_LAYERS
+  h = teacher_cfg.model.hidden_size
+  heads = {'pooler': {'kernel': np.zeros((h, h)), 'bias': np.zeros(h)},
+           'nsp': {'kernel': np.zeros((h, 2)), 'bias': np.zeros(2)}}
+  state = {k: v for k, v in exported(
+      {**params, **heads}, teacher_cfg, 'bert').items()
+           if not k.startswith(('bert.pooler', 'cls.seq'))}
+  return load_model(os.path.join(workdir, 'teacher'), state, {
+      **hf_convert.hf_config(teacher_cfg, 'bert', VOCAB),
+      'architectures': ['BertForMaskedLM']})
+
+
 def reference_distilbert(cfg, params, batches, workdir):
   """Hugging Face's distiller.py: 5 x KL at T=2 (times T^2) over the masked
   positions + 2 x MLM + 1 x cosine of the last hidden states over the real
   tokens; torch.optim.AdamW, clip 5.0, linear warmup and decay."""
   student = load_reference(os.path.join(workdir, 'student'), params, cfg,
                            'distilbert')
-  teacher_cfg = load_config(FAMILIES['bert'])
-  teacher_cfg.model.num_layers = TEACHER_LAYERS
-  # Distillation runs no pooler or NSP head: zeros stand in for the export,
-  # and BertForMaskedLM has neither.
-  h = teacher_cfg.model.hidden_size
-  heads = {'pooler': {'kernel': np.zeros((h, h)), 'bias': np.zeros(h)},
-           'nsp': {'kernel': np.zeros((h, 2)), 'bias': np.zeros(2)}}
-  state = {k: v for k, v in exported(
-      {**params['teacher'], **heads}, teacher_cfg, 'bert').items()
-           if not k.startswith(('bert.pooler', 'cls.seq'))}
-  teacher = load_model(os.path.join(workdir, 'teacher'), state, {
-      **hf_convert.hf_config(teacher_cfg, 'bert', VOCAB),
-      'architectures': ['BertForMaskedLM']})
+  teacher = load_teacher(params['teacher'], workdir)
   d = cfg.distillation
   named = parameters(('', student))
   o = cfg.optimizer
@@ -826,17 +831,7 @@ def reference_tinybert(cfg, params, batches, workdir):
   BertAdam with WarmupLinearSchedule."""
   student = load_reference(os.path.join(workdir, 'student'), params, cfg,
                            'bert')
-  teacher_cfg = load_config(FAMILIES['bert'])
-  teacher_cfg.model.num_layers = TEACHER_LAYERS
-  h = teacher_cfg.model.hidden_size
-  heads = {'pooler': {'kernel': np.zeros((h, h)), 'bias': np.zeros(h)},
-           'nsp': {'kernel': np.zeros((h, 2)), 'bias': np.zeros(2)}}
-  state = {k: v for k, v in exported(
-      {**params['teacher'], **heads}, teacher_cfg, 'bert').items()
-           if not k.startswith(('bert.pooler', 'cls.seq'))}
-  teacher = load_model(os.path.join(workdir, 'teacher'), state, {
-      **hf_convert.hf_config(teacher_cfg, 'bert', VOCAB),
-      'architectures': ['BertForMaskedLM']})
+  teacher = load_teacher(params['teacher'], workdir)
   kernel = params['projection']['hidden']['kernel']
   fit = torch.nn.Linear(*kernel.shape)
   with torch.no_grad():

@@ -141,6 +141,10 @@ def test_distil_a_fine_tuned_teacher_in_two_stages(pretrained, tasks,
     assert r['loss'] == pytest.approx(r['emb_loss'] + r['hidden_loss'] +
                                       r['att_loss'], rel=1e-5)
   assert stage1[-1]['att_loss'] < stage1[0]['att_loss']
-  # A rerun finds both stages finished and scores the same student.
+  # A rerun finds both stages finished and scores the same student; one
+  # with other settings is refused before anything is read.
   assert task_distill.distill_task(cfg, workdir)['metrics'] == (
       result['metrics'])
+  cfg.distill.temperature = 2.0
+  with pytest.raises(task_distill.DistillError, match=r"\['distill'\]"):
+    task_distill.distill_task(cfg, workdir)
