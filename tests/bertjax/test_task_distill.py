@@ -148,3 +148,19 @@ def test_distil_a_fine_tuned_teacher_in_two_stages(pretrained, tasks,
   cfg.distill.temperature = 2.0
   with pytest.raises(task_distill.DistillError, match=r"\['distill'\]"):
     task_distill.distill_task(cfg, workdir)
+
+
+def test_preset_is_task_distill_pys():
+  c = preset_helpers.load_preset('task_distill', 'task=glue/sst2,augment=on')
+  d, a, o = c.distill, c.augment, c.optimizer
+  assert (d.intermediate_epochs, d.intermediate_learning_rate,
+          d.prediction_epochs, d.prediction_learning_rate,
+          d.temperature) == (10.0, 5e-5, 3.0, 3e-5, 1.0)
+  assert (a.copies, a.replace_prob, a.candidates) == (20, 0.4, 15)
+  assert (c.batch_size, o.name, o.schedule, o.grad_clip, o.weight_decay,
+          o.warmup_proportion) == (32, 'bert_adamw', 'warmup_linear',
+                                   'per_tensor', 0.01, 0.1)
+  demo = preset_helpers.load_preset('task_distill')
+  assert (demo.task.name, demo.augment.copies) == ('embedded', 0)
+  with pytest.raises(ValueError, match='augment='):
+    preset_helpers.load_preset('task_distill', 'augment=yes')
