@@ -196,6 +196,12 @@ def read_teacher(cfg, section: str = NAME) -> TeacherRun:
         f'depth (model.num_layer_groups={teacher_model.num_layer_groups}'
         '); the student copies distinct teacher layers, so the teacher '
         'must have none shared.')
+  if teacher_model.scan_layers:
+    raise TeacherError(
+        f'{field}={workdir!r} stacks its layers in one scan '
+        '(model.scan_layers=True); a student learns from distinct teacher '
+        'layers: export the teacher and import it back (experiments/'
+        'export.py, experiments/import_hf.py), which unstacks them.')
   vocab_size = meta['vocab_size']
   # The compute dtype and attention kernel are this run's; the SBO, pooler
   # and NSP heads are neither run nor restored.

@@ -383,3 +383,13 @@ def test_distilbert_init_takes_its_teacher_as_an_argument(teachers):
   assert len(init.as_text()) < _teacher_bytes(steps) / 4
   with pytest.raises(TypeError):   # It has no teacher without one.
     steps.init_state()
+
+
+def test_a_scanned_teacher_is_refused_before_anything_is_restored(tmp_path):
+  cfg = _set(config_lib.demo_config(), {
+      **preset_helpers.TINY, 'model.num_layers': 2,
+      'model.scan_layers': True})
+  workdir = str(tmp_path / 'scanned')
+  teacher_helpers.write_teacher(workdir, cfg)
+  with pytest.raises(distillation.TeacherError, match='stacks its layers'):
+    _student_config(workdir)
