@@ -101,8 +101,9 @@ def base_config() -> ml_collections.ConfigDict:
                                   # architecture and tokenizer, random weights
                                   # (the from-scratch baseline).
   c.task = ml_collections.ConfigDict()
-  c.task.name = 'embedded'        # embedded | files | a TFDS name (glue/sst2,
-                                  # squad, conll2003, ...: downstream.load_tfds)
+  c.task.name = 'embedded'        # embedded | embedded_top4 | files | a TFDS
+                                  # name (glue/sst2, squad, conll2003, ...:
+                                  # downstream.load_tfds)
   c.task.kind = ''                # files: classification | regression |
                                   # token | span.
   c.task.train_path = ''          # files: .jsonl or .csv.

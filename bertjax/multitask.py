@@ -107,7 +107,7 @@ _SENTENCE_KINDS = ('classification', 'regression')
 _PER_EXAMPLE = finetune._PER_EXAMPLE  # pylint: disable=protected-access
 _INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
 # Task names the harness loads without files (besides TFDS's).
-_NAMED_TASKS = (downstream.EMBEDDED_NAME, downstream.EMBEDDED_PAIRS_NAME,
+_NAMED_TASKS = (downstream.EMBEDDED_NAME, downstream.EMBEDDED_TOP4_NAME,
                 'files')
 # finetune's fields that multi-task training has no use for: it trains
 # every weight, its tasks are ``tasks``, and it evaluates at the end.

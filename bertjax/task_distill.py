@@ -409,11 +409,41 @@ def _boxed_teacher(teacher: Teacher, max_seq_length: int):
   return distillation._box(boxes, teacher.params, np)  # pylint: disable=protected-access
 
 
-# Long: the two stages' setup, run and hand-over read best in one place.
 def distill_task(cfg, workdir: str) -> dict:
   """Distils ``cfg.teacher`` into ``cfg.init``'s encoder on ``cfg.task`` in
   ``workdir`` (resuming if possible); returns ``distilled.json``."""
   validate(cfg)
+  identity = _check_resume(cfg, workdir)
+  teacher = read_teacher(cfg)
+  student_run = finetune.load_pretrained(cfg.init, cfg.init_step)
+  student_cfg, mapping = _student(cfg, teacher, student_run)
+  data, augmented = _task_data(cfg, teacher, student_run)
+  if jax.process_index() == 0:
+    storage.makedirs(workdir)
+    train_lib.write_json_atomic(os.path.join(workdir, META), {
+        'identity': identity, 'config': cfg.to_dict()})
+    train_lib.write_json_atomic(os.path.join(workdir, AUGMENT), {
+        'examples': len(data.task.train), 'with_rewrites': len(augmented),
+        'samples': [e['text'] for e in augmented[:2 + cfg.augment.copies]]})
+  student = heads.DownstreamModel(student_cfg, data.task.kind,
+                                  data.task.num_labels, pooling=cfg.pooling)
+  final = _run_stages(cfg, workdir, data, student, teacher, mapping,
+                      student_run)
+  result = {'task': data.task.name, 'kind': data.task.kind,
+            'teacher': storage.absolute(cfg.teacher),
+            'init': storage.absolute(cfg.init), 'headline':
+            data.task.metrics[0], 'metrics': final,
+            'train_rows': len(data.train['input_ids'])}
+  if jax.process_index() == 0:
+    train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
+  _say(f'{data.task.name} (distilled): ' + ', '.join(
+      f'{k} {v:.4f}' for k, v in final.items()))
+  return result
+
+
+def _check_resume(cfg, workdir: str) -> dict:
+  """``cfg``'s identity (what a resumed run must share), checked against
+  the one ``workdir`` was written with, if any."""
   identity = json.loads(json.dumps(
       {name: train_lib.config_section(cfg, name) for name in _IDENTITY}))
   meta_path = os.path.join(workdir, META)
@@ -424,8 +454,12 @@ def distill_task(cfg, workdir: str) -> dict:
       raise DistillError(f'{workdir!r} holds a task distillation with other '
                          f'settings of {changed}; use a new --workdir (or '
                          'the same settings to resume).')
-  teacher = read_teacher(cfg)
-  student_run = finetune.load_pretrained(cfg.init, cfg.init_step)
+  return identity
+
+
+def _student(cfg, teacher: Teacher, student_run: finetune.Pretrained):
+  """(the student's BertConfig, its layer map onto the teacher), checked:
+  the same tokenizer, a map within the teacher, as many heads."""
   if student_run.tokenizer.sha256 != teacher.pretrained.tokenizer.sha256:
     raise DistillError(f'init={cfg.init!r} and teacher={cfg.teacher!r} use '
                        'different tokenizers: the student must read the '
@@ -446,6 +480,12 @@ def distill_task(cfg, workdir: str) -> dict:
                        f'teacher {teacher.model.cfg.num_heads}; set '
                        'distill.attention_weight=0 or distil a student with '
                        'as many heads.')
+  return student_cfg, mapping
+
+
+def _task_data(cfg, teacher: Teacher, student_run: finetune.Pretrained):
+  """(the task encoded, its training rows with rewrites if any; the
+  training examples they came from)."""
   data = finetune.encode_task(cfg, student_run.tokenizer)
   augmented = data.task.train
   if cfg.augment.copies:
@@ -453,15 +493,13 @@ def distill_task(cfg, workdir: str) -> dict:
     augmented = augment_examples(cfg, data.task.train, mlm)
     data = data._replace(train=finetune._encode(  # pylint: disable=protected-access
         cfg, data.task, augmented, student_run.tokenizer))
-  if jax.process_index() == 0:
-    storage.makedirs(workdir)
-    train_lib.write_json_atomic(meta_path, {'identity': identity,
-                                            'config': cfg.to_dict()})
-    train_lib.write_json_atomic(os.path.join(workdir, AUGMENT), {
-        'examples': len(data.task.train), 'with_rewrites': len(augmented),
-        'samples': [e['text'] for e in augmented[:2 + cfg.augment.copies]]})
-  student = heads.DownstreamModel(student_cfg, data.task.kind,
-                                  data.task.num_labels, pooling=cfg.pooling)
+  return data, augmented
+
+
+def _run_stages(cfg, workdir: str, data, student: heads.DownstreamModel,
+                teacher: Teacher, mapping, student_run) -> dict:
+  """Both stages in turn (each resumed from its own checkpoints, the second
+  from the first's student); the student's held-out metrics."""
   place = train_lib.make_placement(cfg)
   boxed = _boxed_teacher(teacher, cfg.max_seq_length)
   num_rows = len(data.train['input_ids'])
@@ -474,7 +512,7 @@ def distill_task(cfg, workdir: str) -> dict:
       stage_cfg = cfg.copy_and_resolve_references()
       stage_cfg.num_epochs = epochs
       total, _ = finetune.plan_steps(stage_cfg, num_rows,
-                                     student_cfg.max_position_embeddings)
+                                     student.cfg.max_position_embeddings)
       steps = make_steps(cfg, stage, student, teacher.model, total, mapping)
       compiled = _compile(steps, place, data, cfg.batch_size, boxed)
       stage_dir = os.path.join(workdir, stage)
@@ -489,18 +527,7 @@ def distill_task(cfg, workdir: str) -> dict:
                                    compiled, ckpt, total, state)
       previous = loop.run(state)
       loop.writer.close()
-    final = loop.evaluate(previous.params)
-  result = {'task': data.task.name, 'kind': data.task.kind,
-            'teacher': storage.absolute(cfg.teacher),
-            'init': storage.absolute(cfg.init), 'headline':
-            data.task.metrics[0], 'metrics': final,
-            'train_rows': num_rows}
-  if jax.process_index() == 0:
-    train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
-  _say(f'{data.task.name} (distilled): ' + ', '.join(
-      f'{k} {v:.4f}' for k, v in final.items()))
-  return result
-
+    return loop.evaluate(previous.params)
 
 def _compile(steps: finetune.Steps, place, data, batch_size: int, boxed
              ) -> finetune.Compiled:

@@ -6,7 +6,7 @@ training, on the two embedded tasks, from one pretrained encoder.
 
 Rows (every one from ``--init``, under each seed; the settings are
 experiments/configs/multitask.py's: max_seq_length 64, batch 32, peak lr
-5e-4, the tasks' sizes):
+5e-4, mean pooling, the tasks' sizes):
 
 - ``single-task fine-tuning``: each task alone, ``--steps_per_task``
   steps (default 150);
@@ -26,8 +26,9 @@ training examples each task saw.
 
 Results (``--results``, default experiments/results/multitask):
 ``rows.jsonl``, one row per task of each finished run, appended as the run
-finishes; ``table.md``, the table with the exact command, the seeds and a
-one-line conclusion computed from the numbers. A rerun skips the runs whose
+finishes; ``table.md``, the table with the exact command, the seeds, each
+task's training-set size and majority-class accuracy, and a one-line
+conclusion computed from the numbers. A rerun skips the runs whose
 rows are there and resumes an unfinished run from its checkpoint (runs in
 ``--workdir``).
 """
@@ -181,10 +182,9 @@ def interval(by_seed: dict, baseline: dict | None = None
   ``hierarchical_interval``'s metric path (the seeds' spread plus a paired
   bootstrap over the examples), for every headline, accuracy included:
   its additive path for per-example scores subtracts the seed-by-example
-  interaction, and where seeds predict constant, opposite classes (as they
-  do on embedded_pairs here) that estimate goes negative, giving a
-  zero-width interval or, through the Welch degrees of freedom, one of
-  +-28,000.
+  interaction, and where seeds predict constant, opposite classes (as
+  runs at chance can) that estimate goes negative, giving a zero-width
+  interval or, through the Welch degrees of freedom, one of +-28,000.
   """
   seeds = sorted(by_seed)
   predictions = lambda rows: np.stack(
@@ -251,6 +251,16 @@ def table(rows: list[dict], seeds: list[int]) -> tuple[str, str]:
   return '\n'.join(lines), conclusion
 
 
+def _size(cfg, key: str) -> str:
+  """'(N training examples: how they are chosen)' of task ``key``."""
+  section = cfg.tasks[key]
+  task, _ = finetune.load_task(multitask.finetune_config(cfg, key))
+  kept = (f'examples_per_class={section.examples_per_class}'
+          if section.examples_per_class else 'all')
+  name = '' if key == section.name else f'{section.name}, '
+  return f'({name}{len(task.train):,} training examples: {kept})'
+
+
 def report(rows: list[dict], seeds: list[int], command: str,
            steps_per_task: int) -> str:
   """table.md's text."""
@@ -261,21 +271,24 @@ def report(rows: list[dict], seeds: list[int], command: str,
           r['seconds'] for r in rows}
   seconds = sum(runs.values())
   cfg = load_config('mixing=proportional')
-  sizes = ', '.join(
-      f'{k}{"" if k == t.name else " (" + t.name + ")"} with '
-      f'examples_per_class={t.examples_per_class}'
-      for k, t in sorted(cfg.tasks.items()))
+  sizes = ', '.join(f'{k} {_size(cfg, k)}' for k in sorted(cfg.tasks))
+  labels = {r['task']: np.asarray(r['eval_labels']) for r in rows}
+  majority = ', '.join(f'{k} {np.bincount(v).max() / len(v):.3f}'
+                       for k, v in sorted(labels.items())
+                       if v.dtype.kind in 'iu') or 'none (no class labels)'
   return '\n'.join([
       '# Multi-task fine-tuning: T5 Table 13 in miniature', '',
       '```bash', command, '```', '',
       f'Seeds {", ".join(map(str, seeds))} (each seed is the fine-tuning '
       'seed: initialisation, dropout, batch order and the training '
       f'subsample). Tasks: {sizes}; max_seq_length {cfg.max_seq_length}, '
-      f'batch {cfg.batch_size}, peak lr {cfg.optimizer.learning_rate}. '
+      f'batch {cfg.batch_size}, peak lr {cfg.optimizer.learning_rate}, '
+      f'pooling {cfg.pooling}. '
       f'Single-task runs: {steps_per_task} steps per task; multi-task runs: '
       f'{steps_per_task * len(cfg.tasks)} steps (the same number of '
       'training examples in all); + fine-tuning: the proportional run, then '
-      f'{steps_per_task} steps per task.', '',
+      f'{steps_per_task} steps per task. Majority-class accuracy on the '
+      f'held-out examples: {majority}.', '',
       'Held-out headline: mean [95% interval] over seeds and held-out '
       'examples (bertjax/intervals.py, hierarchical_interval with the metric '
       'recomputed per bootstrap resample of the examples); differences are '

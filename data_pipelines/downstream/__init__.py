@@ -10,7 +10,7 @@ one of four kinds:
                    'answers': [{'text': str, 'start': int}, ...]}
                   (``start``: character offset of the answer in context)
 
-Tasks come from three places: ``embedded_task`` and ``embedded_pairs_task``
+Tasks come from three places: ``embedded_task`` and ``embedded_top4_task``
 (built from the standard library's docstrings, the same text bertjax
 pretrains on by default, so they run with no download), ``load_files``
 (JSON Lines or CSV) and ``load_tfds`` (GLUE, SQuAD v1.1, CoNLL-2003).
@@ -24,7 +24,7 @@ The modules, one concern each:
   base.py      the task kinds (``KINDS``), the ignored label (``IGNORE``) and
                ``TaskError``; imports none of the others.
   tasks.py     the ``Task`` type.
-  embedded.py  ``embedded_task`` and ``embedded_pairs_task``.
+  embedded.py  ``embedded_task`` and ``embedded_top4_task``.
   files.py     ``load_files`` and the checks of task files.
   tfds.py      ``load_tfds``.
   encoding.py  ``encode`` (and ``truncate_pair``, ``token_char_spans``) and
@@ -38,9 +38,9 @@ from data_pipelines.downstream.base import IGNORE
 from data_pipelines.downstream.base import KINDS
 from data_pipelines.downstream.base import TaskError
 from data_pipelines.downstream.embedded import EMBEDDED_NAME
-from data_pipelines.downstream.embedded import EMBEDDED_PAIRS_NAME
-from data_pipelines.downstream.embedded import embedded_pairs_task
+from data_pipelines.downstream.embedded import EMBEDDED_TOP4_NAME
 from data_pipelines.downstream.embedded import embedded_task
+from data_pipelines.downstream.embedded import embedded_top4_task
 from data_pipelines.downstream.encoding import encode
 from data_pipelines.downstream.encoding import span_predictions
 from data_pipelines.downstream.encoding import token_char_spans
@@ -63,9 +63,9 @@ from data_pipelines.downstream.tfds import load_tfds
 from data_pipelines.downstream.tfds import TFDS_TASKS
 
 __all__ = [
-    'EMBEDDED_NAME', 'EMBEDDED_PAIRS_NAME', 'IGNORE', 'KINDS', 'METRICS',
-    'TFDS_TASKS', 'Task', 'TaskError', 'accuracy', 'embedded_pairs_task',
-    'embedded_task', 'encode', 'entity_chunks',
+    'EMBEDDED_NAME', 'EMBEDDED_TOP4_NAME', 'IGNORE', 'KINDS', 'METRICS',
+    'TFDS_TASKS', 'Task', 'TaskError', 'accuracy', 'embedded_task',
+    'embedded_top4_task', 'encode', 'entity_chunks',
     'entity_f1', 'evaluate', 'exact_match', 'f1', 'load_files', 'load_tfds',
     'matthews', 'normalize_answer', 'pearson', 'span_f1', 'span_predictions',
     'spearman', 'token_char_spans', 'truncate_pair',

@@ -10,15 +10,19 @@ r"""Multi-task fine-tuning of a pretrained run on several tasks at once
 The tasks are the two embedded tasks (no download), sized for the demo's
 tiny model on a 2-core CPU (about a minute): ``embedded`` (which
 standard-library package a docstring paragraph comes from, 8 classes) with
-32 training examples per class (256) and ``embedded_pairs`` (do two
-paragraphs come from the same package?) with 1,024 per label (2,048, 8
-times as many). 300 steps of 32 at max_seq_length 64: the steps of two
-150-step single-task runs. Peak lr 5e-4 (the rest the BERT paper's:
-10% warmup then linear decay, AdamWeightDecay 0.01, dropout 0.1).
+32 training examples per class (256) and ``embedded_top4`` (the same
+question over the 4 largest packages) with all of its training examples
+(2,401 on CPython 3.11, 9 times as many). 300 steps of 32 at
+max_seq_length 64: the steps of two 150-step single-task runs. Peak lr
+5e-4 (the rest the BERT paper's: 10% warmup then linear decay,
+AdamWeightDecay 0.01, dropout 0.1). The heads read the mean of the
+tokens (``pooling='mean'``): the demo's [CLS] takes longer to learn from
+(single-task ``embedded_top4``, seed 2, 150 steps: accuracy 0.36 from
+[CLS], 0.85 from the mean).
 
 Rates (``multitask.mixing_rates``): proportional with K = 512 gives
 256 : 512, a third of the steps to ``embedded`` (uncapped it would get a
-ninth); temperature T = 2 gives sqrt(256) : sqrt(2048), about a quarter.
+tenth); temperature T = 2 gives sqrt(256) : sqrt(2401), about a quarter.
 
   python experiments/multitask.py --config=experiments/configs/multitask.py \
       --config.init=runs/demo --workdir=runs/demo-multitask
@@ -39,8 +43,7 @@ def get_config(arg=None):
   args = multitask.finetune.config_lib.parse_arg(arg, mixing='proportional')
   c = multitask.base_config()
   c.tasks.embedded = multitask.task_config('embedded', examples_per_class=32)
-  c.tasks.embedded_pairs = multitask.task_config('embedded_pairs',
-                                                 examples_per_class=1024)
+  c.tasks.embedded_top4 = multitask.task_config('embedded_top4')
   c.mixing = args['mixing']
   if c.mixing == 'temperature':
     c.mixing_temperature = 2.0
@@ -48,6 +51,7 @@ def get_config(arg=None):
     c.mixing_cap = 512
   c.num_steps = 300
   c.max_seq_length = 64
+  c.pooling = 'mean'
   c.batch_size = 32
   c.optimizer.learning_rate = 5e-4
   c.log_every_steps = 50

@@ -2,7 +2,6 @@
 
 import collections
 import functools
-import math
 
 import pytest
 
@@ -56,7 +55,7 @@ def test_embedded_examples_per_class(task):
 
 
 @pytest.mark.parametrize('build', [downstream.embedded_task,
-                                   downstream.embedded_pairs_task])
+                                   downstream.embedded_top4_task])
 def test_embedded_tasks_on_a_stripped_python(monkeypatch, build):
   # The stdlib parse is cached per process: give this test a fresh cache,
   # so it sees the stripped install and later tests never see its result.
@@ -64,85 +63,73 @@ def test_embedded_tasks_on_a_stripped_python(monkeypatch, build):
       embedded_lib._package_paragraphs.__wrapped__))
   monkeypatch.setattr(corpus_lib, 'stdlib_files', lambda: [])
   with pytest.raises(TaskError, match='found 0 standard-library packages.*'
-                     'needs 2'):
+                     'need 2'):
     build()
 
 
 # ---------------------------------------------------------------------------
-# embedded_pairs: do two paragraphs come from the same package?
+# embedded_top4: the package, over the four largest packages.
 
 
 @pytest.fixture(scope='module')
-def pairs():
-  return downstream.embedded_pairs_task()
+def top4():
+  return downstream.embedded_top4_task()
 
 
-def test_embedded_pairs_sizes_and_labels(task, pairs):
-  assert pairs.name == 'embedded_pairs' and pairs.kind == 'classification'
-  assert pairs.label_names == ('different', 'same')
-  assert pairs.metrics == ('accuracy', 'f1') and pairs.num_labels == 2
-  # Four pairs per paragraph of each split: 4x the embedded task's
-  # training set, a task of a clearly different size.
-  assert len(pairs.train) == 4 * len(task.train)
-  assert len(pairs.eval) == 4 * len(task.eval)
-  # Labels exactly balanced, and right: 'same' iff the two paragraphs'
-  # packages (the embedded task's labels) agree.
-  package = {e['text']: e['label'] for e in task.train + task.eval}
-  for split in (pairs.train, pairs.eval):
-    assert sum(e['label'] for e in split) == len(split) // 2
-    assert all(e['label'] == int(package[e['text']] ==
-                                 package[e['text_pair']]) for e in split)
-    assert all(e['text'] != e['text_pair'] for e in split)
-  # A paragraph's two positive partners, and its two negative partners'
-  # packages, are distinct.
-  for i in range(0, len(pairs.train), 4):
-    group = pairs.train[i:i + 4]
-    assert len({e['text'] for e in group}) == 1
-    assert group[0]['text_pair'] != group[2]['text_pair']
-    assert package[group[1]['text_pair']] != package[group[3]['text_pair']]
+def test_embedded_top4_is_the_embedded_task_of_its_largest_packages(task,
+                                                                     top4):
+  assert top4.name == 'embedded_top4' and top4.kind == 'classification'
+  assert top4.metrics == ('accuracy', 'f1') and top4.num_labels == 4
+  assert list(top4.label_names) == sorted(top4.label_names)
+  # Its classes: the 4 of the embedded task's with the most examples (a
+  # tie broken by name).
+  package = {e['text']: task.label_names[e['label']]
+             for e in task.train + task.eval}
+  sizes = collections.Counter(package.values())
+  assert set(top4.label_names) <= set(task.label_names)
+  smallest = min(sizes[name] for name in top4.label_names)
+  assert all(sizes[name] <= smallest for name in task.label_names
+             if name not in top4.label_names)
+  # Labels right, and the embedded task's examples of those packages, in
+  # the same (hash) order and split.
+  for mine, theirs in ((top4.train, task.train), (top4.eval, task.eval)):
+    assert all(top4.label_names[e['label']] == package[e['text']]
+               and e['text_pair'] is None for e in mine)
+    assert [e['text'] for e in mine] == [
+        e['text'] for e in theirs if package[e['text']] in top4.label_names]
+  # Every class in both splits.
+  for split in (top4.train, top4.eval):
+    assert set(e['label'] for e in split) == set(range(4))
 
 
-def test_embedded_pairs_splits_are_disjoint(task, pairs):
-  """A training pair joins two training paragraphs of the embedded task,
-  an eval pair two eval paragraphs: no eval paragraph is ever trained on,
-  in either task."""
-  train_texts = {e['text'] for e in task.train}
-  eval_texts = {e['text'] for e in task.eval}
-  for e in pairs.train:
-    assert e['text'] in train_texts and e['text_pair'] in train_texts
-  for e in pairs.eval:
-    assert e['text'] in eval_texts and e['text_pair'] in eval_texts
-  # Every paragraph leads its four pairs.
-  assert {e['text'] for e in pairs.train} == train_texts
+def test_embedded_top4_splits_are_disjoint_across_the_tasks(task, top4):
+  """No eval paragraph of either task is in either task's training set, so
+  multi-task training on both never trains on an eval example."""
+  train = {e['text'] for e in task.train + top4.train}
+  evaluated = {e['text'] for e in task.eval + top4.eval}
+  assert not train & evaluated
+  assert 0.12 < len(top4.eval) / (len(top4.train) + len(top4.eval)) < 0.28
 
 
-def test_embedded_pairs_negatives_are_uniform_over_packages(task, pairs):
-  """A negative partner's package is drawn uniformly from the other 7: its
-  count is within 5 binomial standard deviations of the expectation, so the
-  partner's package does not give the label away."""
-  package = {e['text']: e['label'] for e in task.train}
-  per_package = collections.Counter(package.values())
-  others = len(task.label_names) - 1
-  drawn = collections.Counter(package[e['text_pair']] for e in pairs.train
-                              if e['label'] == 0)
-  for label in range(len(task.label_names)):
-    trials = 2 * (len(task.train) - per_package[label])
-    expected = trials / others
-    bound = 5 * math.sqrt(trials * (1 / others) * (1 - 1 / others))
-    assert abs(drawn[label] - expected) < bound, (label, drawn[label],
-                                                  expected)
+def test_embedded_top4_is_clearly_larger_than_the_low_resource_embedded():
+  """At the multi-task table's settings (experiments/configs/multitask.py:
+  embedded with 32 examples per class, embedded_top4 whole) the two
+  training sets differ by a factor over 3: tasks of different sizes."""
+  small = downstream.embedded_task(examples_per_class=32)
+  assert len(small.train) == 32 * small.num_labels
+  assert len(downstream.embedded_top4_task().train) > 3 * len(small.train)
 
 
-def test_embedded_pairs_are_deterministic_and_subsample(pairs):
-  assert downstream.embedded_pairs_task() == pairs
-  small = downstream.embedded_pairs_task(examples_per_class=50, seed=3)
-  assert collections.Counter(e['label'] for e in small.train) == {0: 50,
-                                                                  1: 50}
-  assert small.eval == pairs.eval   # Never subsampled.
-  assert all(e in pairs.train for e in small.train)
-  assert downstream.embedded_pairs_task(examples_per_class=50,
-                                        seed=3) == small
-  assert downstream.embedded_pairs_task(
+def test_embedded_top4_is_deterministic_and_subsamples(top4):
+  assert downstream.embedded_top4_task() == top4
+  small = downstream.embedded_top4_task(examples_per_class=50, seed=3)
+  assert collections.Counter(e['label'] for e in small.train) == {
+      i: 50 for i in range(4)}
+  assert small.eval == top4.eval   # Never subsampled.
+  assert all(e in top4.train for e in small.train)
+  assert downstream.embedded_top4_task(examples_per_class=50,
+                                       seed=3) == small
+  assert downstream.embedded_top4_task(
       examples_per_class=50, seed=4).train != small.train
   with pytest.raises(TaskError, match='>= 0'):
-    downstream.embedded_pairs_task(examples_per_class=-1)
+    downstream.embedded_top4_task(examples_per_class=-1)
