@@ -890,16 +890,21 @@ def report(plan: Plan, rows: list[dict], command: str,
 def _pretrain_differences(plan: Plan, pre: dict, budgets) -> list[str]:
   """Each arm's held-out MLM loss minus the baseline's, paired by seed
   (the same seed: the same batches and masks), with its 95% interval over
-  the seeds both have; none where no other arm measures MLM loss."""
-  metric = 'eval_mlm_loss'
+  the seeds both have; only between arms whose MLM loss is the encoder's
+  own (``COLUMNS``: not ELECTRA's generator's)."""
+  _, metric, objectives = COLUMNS[0]
   lines = []
+
+  def measured(row) -> bool:
+    return (row['objective'] in objectives and
+            row['final'].get(metric) is not None)
+
   for budget in budgets:
     base = pre.get((plan.baseline, budget), {})
     for arm in (a.name for a in plan.arms if a.name != plan.baseline):
       ours = pre.get((arm, budget), {})
       seeds = sorted(s for s in set(ours) & set(base)
-                     if ours[s]['final'].get(metric) is not None
-                     and base[s]['final'].get(metric) is not None)
+                     if measured(ours[s]) and measured(base[s]))
       if not seeds:
         continue
       iv = intervals.seed_interval([ours[s]['final'][metric] -
