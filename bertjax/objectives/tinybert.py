@@ -33,6 +33,15 @@ TinyBERT/general_distill.py and task_distill.py do it:
   general_distill.py, is the intermediate stage alone (the preset sets
   ``intermediate_steps`` to ``total_steps``).
 
+- Training as BertAdam (transformer/optimization.py) does: the preset
+  clips each gradient tensor on its own (``optimizer.grad_clip``); a
+  parameter no loss of the stage reads takes no step (``gate``: the pooler
+  and NSP head never, the MLM head only in the prediction stage, the
+  projections only in the intermediate one), as BertAdam skips one without
+  a gradient; the [PAD] embedding takes no gradient, as the code's
+  ``nn.Embedding(padding_idx=0)`` (``student_config``). experiments/
+  fidelity.py checks the whole step against a transcription.
+
 Params: ``{'student': ..., 'teacher': ..., 'projection': ...}``; only the
 student is an encoder: fine-tuning and export read ``params['student']``
 (a BERT with a pooler, exported as any BERT); the projections are dropped.
