@@ -273,11 +273,7 @@ def _load_multitask(workdir: str, step: int) -> Pretrained:
     raise FinetuneError(f'init={workdir!r} (a multi-task run) has no '
                         f'checkpoint at step {step}; it has steps '
                         f'{available}.')
-  with ocp.CheckpointManager(
-      directory,
-      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
-    params = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore()))['state']['params']
+  params = checkpoint_lib.restore_as_saved(directory, step)['params']
   encoder = {k: jax.tree.map(np.asarray, v) for k, v in params.items()
              if k in ('embeddings', 'pooler') or k.startswith('layer_')}
   return dataclasses.replace(base, workdir=workdir, step=step,

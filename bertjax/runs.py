@@ -69,10 +69,6 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
   if checkpoint_lib.is_params_only(workdir):
     meta = {'config': meta, 'vocab_size': tokenizer_lib.Tokenizer.load(
         tokenizer_path).vocab_size}
-  with ocp.CheckpointManager(
-      directory,
-      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
-    state = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore()))['state']
+  state = checkpoint_lib.restore_as_saved(directory, step)
   return SavedRun(workdir, step, config_lib.from_saved(meta['config']),
                   state['params'], meta['vocab_size'], tokenizer_path)

@@ -52,7 +52,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 
 from bertjax import finetune
 from bertjax import optim
@@ -181,12 +180,8 @@ def read_teacher(cfg) -> Teacher:
   step = checkpoint_lib.latest_step(directory)
   if step is None:
     raise DistillError(f'teacher={cfg.teacher!r} has no checkpoint.')
-  with ocp.CheckpointManager(
-      storage.absolute(directory),
-      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
-    params = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore()))['state']['params']
-  params = jax.tree.map(np.asarray, params)
+  params = jax.tree.map(np.asarray, checkpoint_lib.restore_as_saved(
+      directory, step)['params'])
   task, _ = finetune.load_task(t_cfg)
   if task.kind not in KINDS:
     raise DistillError(f'task {task.name!r} is a {task.kind} task; task '
@@ -468,18 +463,11 @@ def _student(cfg, teacher: Teacher, student_run: finetune.Pretrained):
   # padding_idx=0): the MSE losses read padded positions.
   student_cfg = dataclasses.replace(
       finetune.downstream_config(cfg, student_run), pad_row_trains=False)
-  try:
-    mapping = tinybert.layer_map(cfg.distill.layer_map,
-                                 student_cfg.num_layers,
-                                 teacher.model.cfg.num_layers)
-  except ValueError as e:
-    raise DistillError(str(e)) from e
-  if cfg.distill.attention_weight and (
-      student_cfg.num_heads != teacher.model.cfg.num_heads):
-    raise DistillError(f'the student has {student_cfg.num_heads} heads, the '
-                       f'teacher {teacher.model.cfg.num_heads}; set '
-                       'distill.attention_weight=0 or distil a student with '
-                       'as many heads.')
+  mapping, problems = tinybert.pair(
+      student_cfg, teacher.model.cfg, cfg.distill.layer_map,
+      cfg.distill.attention_weight, section='distill')
+  if problems:
+    raise DistillError(' '.join(problems))
   return student_cfg, mapping
 
 

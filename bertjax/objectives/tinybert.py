@@ -142,17 +142,32 @@ def check(cfg, errors: list[str]) -> None:
   except distillation.TeacherError as e:
     errors.append(str(e))
     return
+  errors.extend(pair(student, teacher.model, t.layer_map,
+                     t.attention_weight)[1])
+
+
+def pair(student: bert_lib.BertConfig, teacher: bert_lib.BertConfig,
+         explicit_map, attention_weight: float, section: str = NAME
+         ) -> tuple[tuple[int, ...] | None, list[str]]:
+  """(the layer map g(1..M), or None; what keeps ``student`` from learning
+  layer by layer from ``teacher``, a message each): the map must fit
+  (``layer_map``), and the attention loss (``attention_weight`` > 0, the
+  ``section``'s) compares the two head by head. For general and task
+  distillation alike."""
+  problems = []
+  mapping = None
   try:
-    layer_map(t.layer_map, student.num_layers, teacher.model.num_layers)
+    mapping = layer_map(explicit_map, student.num_layers, teacher.num_layers)
   except ValueError as e:
-    errors.append(str(e))
-  if t.attention_weight and student.num_heads != teacher.model.num_heads:
-    errors.append(
+    problems.append(str(e))
+  if attention_weight and student.num_heads != teacher.num_heads:
+    problems.append(
         f'the student has {student.num_heads} attention heads and the '
-        f'teacher {teacher.model.num_heads}: the attention loss compares '
-        'them head by head. Set model.num_heads='
-        f'{teacher.model.num_heads} (TinyBERT keeps 12), or '
-        'tinybert.attention_weight=0.')
+        f'teacher {teacher.num_heads}: the attention loss compares them head '
+        f'by head. Use a student of {teacher.num_heads} heads '
+        f'(model.num_heads; TinyBERT keeps 12), or set '
+        f'{section}.attention_weight=0.')
+  return mapping, problems
 
 
 def layer_map(explicit, student_layers: int, teacher_layers: int
@@ -353,17 +368,10 @@ def networks(cfg, teacher: distillation.TeacherRun, vocab_size: int
       (depth, heads, map, sequence length).
   """
   student_cfg = student_config(cfg, vocab_size)
-  try:
-    mapping = layer_map(cfg.tinybert.layer_map, student_cfg.num_layers,
-                        teacher.model.num_layers)
-  except ValueError as e:
-    raise distillation.TeacherError(str(e)) from e
-  if (cfg.tinybert.attention_weight and
-      student_cfg.num_heads != teacher.model.num_heads):
-    raise distillation.TeacherError(
-        f'the student has {student_cfg.num_heads} heads, the teacher '
-        f'{teacher.model.num_heads}: set model.num_heads='
-        f'{teacher.model.num_heads} or tinybert.attention_weight=0.')
+  mapping, problems = pair(student_cfg, teacher.model, cfg.tinybert.layer_map,
+                           cfg.tinybert.attention_weight)
+  if problems:
+    raise distillation.TeacherError(' '.join(problems))
   if student_cfg.scan_layers or student_cfg.num_layer_groups:
     raise distillation.TeacherError('a TinyBERT student has distinct, '
                                     'unscanned layers.')

@@ -376,6 +376,16 @@ def latest_step(directory: str) -> int | None:
   return max(steps) if steps else None
 
 
+def restore_as_saved(directory: str, step: int) -> Any:
+  """The state saved at ``step`` in ``directory`` (local or a bucket), as
+  it was saved: nested arrays on the default device, no target needed."""
+  with ocp.CheckpointManager(
+      storage.absolute(directory),
+      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    return manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore()))['state']
+
+
 # A workdir holding only parameters (an import) says so in this file.
 _PARAMS_ONLY = 'params_only.json'
 
