@@ -13,16 +13,10 @@ import preset_helpers
 import test_finetune
 
 
-@pytest.fixture(scope='module')
-def pretrained(tmp_path_factory):
-  import test_hf_convert  # pylint: disable=g-import-not-at-top
-  root = tmp_path_factory.mktemp('pretrained')
-  return test_hf_convert._train_tiny(root / 'run', root / 'data')  # pylint: disable=protected-access
-
-
-@pytest.fixture(scope='module')
-def tasks(tmp_path_factory):
-  return test_finetune._write_tasks(tmp_path_factory.mktemp('tasks'))  # pylint: disable=protected-access
+# Fine-tuning's tiny pretrained run and small file tasks (module-scoped
+# here too).
+pretrained = test_finetune.pretrained
+tasks = test_finetune.tasks
 
 
 @pytest.fixture(scope='module')
