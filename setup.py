@@ -15,6 +15,9 @@ setuptools.setup(
     packages=setuptools.find_packages(include=['bertjax', 'bertjax.*',
                                                'data_pipelines',
                                                'data_pipelines.*']),
+    # Data read at run time: the discourse markers list
+    # (data_pipelines/discourse.py).
+    package_data={'data_pipelines': ['data/*.txt']},
     python_requires='>=3.10',
     # Ranges start at the versions the test suite was run with.
     install_requires=[

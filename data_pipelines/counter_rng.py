@@ -41,6 +41,17 @@ class Stream(enum.IntEnum):
   MASK_LEVEL = 12
   MIXTURE = 13
   TOKENIZER_SAMPLE = 14
+  # Self-supervised tasks beyond masking (data_pipelines/tasks/).
+  TOKEN_DELETION = 15
+  TOKEN_INSERTION = 16
+  TOKEN_REPLACEMENT = 17
+  TOKEN_SHUFFLE = 18
+  SENTENCE_PERMUTATION = 19
+  DOCUMENT_ROTATION = 20
+  SENTENCE_REORDERING = 21
+  SENTENCE_DISTANCE = 22
+  DISCOURSE = 23
+  CONTINUAL = 24
 
 
 def _mix_int(x: int) -> int:

@@ -1,6 +1,6 @@
 """Pretraining instances built on the fly from pre-tokenized documents.
 
-Three layouts:
+Five layouts:
 
 * ``nsp``: google-research/bert's ``create_instances_from_document``. Per
   document a target length (``max_seq_length - 3``, or with probability
@@ -20,6 +20,28 @@ Three layouts:
 * ``full_sentences``: RoBERTa's FULL-SENTENCES. Whole sentences are packed
   contiguously, across document boundaries (a [SEP] marks each boundary), up
   to ``max_seq_length - 2`` tokens; no NSP.
+* ``sentence_distance``: ERNIE 2.0's sentence distance task (Sun et al.,
+  AAAI 2020, Sec. 4.2.2), NSP extended to 3 classes: 0 B follows A, 1 B is
+  from A's document but not adjacent, 2 B is from another document. Chunks
+  and their A/B split are BERT's, from the same draws; the draw that NSP
+  compares with 0.5 picks the class (``distance_probabilities``, p0, p1,
+  p2: class 2 when it is below p2, 1 below p2 + p1, else 0, so (0.5, 0,
+  0.5) is NSP's plan). Class 0 is NSP's IsNext, class 2 NSP's random B;
+  a class-1 B starts at a uniform one of the sentences of A's document that
+  leave a gap of at least one sentence to A (before or after it), and runs
+  until A + B reach the target, the document's end, or (before A) the
+  gap. Unused sentences are put back for classes 1 and 2, as NSP does for
+  a random B. Fallbacks to class 2 (``Plan.fallback``): a one-sentence
+  chunk that drew class 0 (it has no B of its own, as in NSP) and a chunk
+  that drew class 1 whose document has no valid start (a document of up to
+  a + 2 sentences, A being a of them, has none). The label shares are thus
+  p0 * (1 - P(one-sentence chunk)), p1 * (1 - P(no class-1 start)) and p2
+  plus both fallbacks: on long documents of short sentences, the draws'.
+* ``discourse``: ERNIE 2.0's discourse relation task (Sec. 4.2.3): the
+  pairs (s - 1, s) of adjacent sentences where s opens with a discourse
+  marker, as [CLS] s-1 [SEP] s-without-its-marker [SEP], labelled with the
+  marker's index in its list (discourse.py finds them in one read of the
+  split, once: every data epoch has the same instances).
 
 Planning (which sentences form which instance) is vectorized over documents
 and uses only the ``DocumentIndex``; documents are read when an instance is
@@ -39,17 +61,21 @@ import dataclasses
 import sys
 import threading
 
+from absl import logging
 import grain
 import numpy as np
 
 from data_pipelines import counter_rng
+from data_pipelines import discourse
 from data_pipelines import pretokenize
 from data_pipelines.counter_rng import Stream
 from data_pipelines.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
-LAYOUTS = ('nsp', 'sop', 'full_sentences')
+LAYOUTS = ('nsp', 'sop', 'full_sentences', 'sentence_distance', 'discourse')
 # Layouts of sentence pairs, [CLS] A [SEP] B [SEP], labelled per pair.
-_PAIR_LAYOUTS = ('nsp', 'sop')
+_PAIR_LAYOUTS = ('nsp', 'sop', 'sentence_distance', 'discourse')
+# Pair layouts that may draw B from another document: a split needs 2.
+_RANDOM_B_LAYOUTS = ('nsp', 'sop', 'sentence_distance')
 # Packing lanes: the sentence stream is packed in independent lanes of about
 # this many instances each, so planning is a vectorized loop; each lane's last
 # instance may be short (about 1 / (2 * _INSTANCES_PER_LANE) waste).
@@ -61,6 +87,17 @@ class InstanceConfig:
   layout: str = 'nsp'
   max_seq_length: int = 128
   short_seq_prob: float = 0.1
+  # sentence_distance: the chance of each class (0 adjacent, 1 same
+  # document not adjacent, 2 other document), summing to 1.
+  distance_probabilities: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
+  # discourse: per marker (label = its index) the token sequences that
+  # count as it (discourse.discourse_marker_ids), and the list's file for
+  # messages ('' = the shipped English list).
+  discourse_markers: tuple[tuple[tuple[int, ...], ...], ...] = ()
+  discourse_markers_path: str = ''
+  # Add ``token_document_labels`` to every batch (ERNIE 2.0's token-document
+  # relation; see ``materialize_batch``).
+  token_document: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +108,13 @@ class Plan:
   A is sentences [start, a_end); B is [a_end, end) unless ``is_random``.
   ``swapped`` (SOP only) lays B out before A. For ``full_sentences``, the
   instance is [start, end) and may span documents.
+
+  ``label`` is the pair's label where the layout sets it (None: 1 for a
+  random or swapped B): ``sentence_distance``'s class, where B is [a_end,
+  end) for class 0 only, class 1 draws B from A's document when the
+  instance is built and class 2 is ``is_random``; ``fallback`` marks its
+  chunks made class 2 for want of the drawn class's B; ``discourse``'s
+  marker index, with ``b_skip`` the marker's tokens cut from B's front.
   """
   document: np.ndarray     # int64 [N]
   start: np.ndarray        # int64 [N]
@@ -79,6 +123,9 @@ class Plan:
   is_random: np.ndarray    # bool  [N]
   target_length: np.ndarray  # int64 [N]
   swapped: np.ndarray      # bool  [N]
+  label: np.ndarray | None = None      # int32 [N]
+  fallback: np.ndarray | None = None   # bool  [N]
+  b_skip: np.ndarray | None = None     # int64 [N]
 
   def __len__(self) -> int:
     return len(self.start)
@@ -103,7 +150,7 @@ def plan_nsp(index: pretokenize.DocumentIndex, max_seq_length: int,
              short_seq_prob: float, seed: int, data_epoch: int) -> Plan:
   """BERT's NSP pairs of every document, vectorized over documents."""
   return _plan_pairs(index, max_seq_length, short_seq_prob, seed, data_epoch,
-                     sentence_order=False)
+                     'nsp')
 
 
 def plan_sop(index: pretokenize.DocumentIndex, max_seq_length: int,
@@ -111,13 +158,26 @@ def plan_sop(index: pretokenize.DocumentIndex, max_seq_length: int,
   """ALBERT's SOP pairs of every document: BERT's chunks, from the same
   draws, with the coin that NSP uses for a random B deciding a swap."""
   return _plan_pairs(index, max_seq_length, short_seq_prob, seed, data_epoch,
-                     sentence_order=True)
+                     'sop')
+
+
+def plan_sentence_distance(
+    index: pretokenize.DocumentIndex, max_seq_length: int,
+    short_seq_prob: float, seed: int, data_epoch: int,
+    probabilities: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
+) -> Plan:
+  """ERNIE 2.0's sentence distance pairs of every document: BERT's chunks,
+  from the same draws, with NSP's coin picking the class (``probabilities``
+  of classes 0, 1, 2; see the module docstring)."""
+  return _plan_pairs(index, max_seq_length, short_seq_prob, seed, data_epoch,
+                     'sentence_distance', probabilities)
 
 
 def _plan_pairs(index: pretokenize.DocumentIndex, max_seq_length: int,
                 short_seq_prob: float, seed: int, data_epoch: int,
-                sentence_order: bool) -> Plan:
-  """BERT's chunking of every document; NSP or (``sentence_order``) SOP."""
+                layout: str, probabilities=(1 / 3, 1 / 3, 1 / 3)) -> Plan:
+  """BERT's chunking of every document; its pairs as ``layout`` makes them
+  (nsp, sop or sentence_distance: ``_chunk_pairs``)."""
   max_num_tokens = max_seq_length - 3
   csum = _cumsum0(index.sentence_lengths)
   num_docs = index.num_documents
@@ -149,24 +209,78 @@ def _plan_pairs(index: pretokenize.DocumentIndex, max_seq_length: int,
     v = drawn[:, chunk_number - drawn_from]
     a_len = np.where(n >= 2, 1 + np.minimum((v[:, 0] * (n - 1)).astype(
         np.int64), n - 2), 1)
-    coin = v[:, 1] < 0.5
-    if sentence_order:
-      # Only a one-sentence chunk lacks a B of its own.
-      is_random, swapped = n == 1, (n >= 2) & coin
-    else:
-      is_random, swapped = (n == 1) | coin, np.zeros(len(n), bool)
+    pair, own_b = _chunk_pairs(layout, v[:, 1], n, p, p + a_len,
+                               index.document_offsets[active], e,
+                               probabilities)
     for name, value in (('document', active), ('start', p),
                         ('a_end', p + a_len), ('end', q),
-                        ('is_random', is_random), ('target_length', t),
-                        ('swapped', swapped)):
+                        ('target_length', t), *pair.items()):
       columns[name].append(value)
-    # A random B puts the chunk's unused sentences back (BERT's i -= unused).
-    nxt = np.where(is_random, p + a_len, q)
+    # A B not the chunk's own puts the chunk's unused sentences back (BERT's
+    # i -= unused).
+    nxt = np.where(own_b, q, p + a_len)
     pos[active] = nxt
     going_on = nxt < e
     active, drawn = active[going_on], drawn[going_on]
     chunk_number += 1
   return _to_plan(columns)
+
+
+def _chunk_pairs(layout: str, u: np.ndarray, n: np.ndarray,
+                 start: np.ndarray, a_end: np.ndarray, doc_start: np.ndarray,
+                 doc_end: np.ndarray, probabilities) -> tuple[dict, np.ndarray]:
+  """What each chunk's pair is, from its uniform draw ``u`` (NSP's coin).
+
+  Args:
+    layout: nsp, sop or sentence_distance.
+    u: float [C], one per chunk; n: its sentences; start, a_end: its A;
+      doc_start, doc_end: its document's sentences (all int64 [C]).
+    probabilities: sentence_distance's (p0, p1, p2).
+
+  Returns:
+    (plan columns: ``is_random``, ``swapped``, and for sentence_distance
+    ``label`` and ``fallback``; bool [C], whether B is the chunk's own
+    [a_end, end)).
+  """
+  coin = u < 0.5
+  no_swap = np.zeros(len(n), bool)
+  if layout == 'nsp':
+    is_random = (n == 1) | coin
+    return {'is_random': is_random, 'swapped': no_swap}, ~is_random
+  if layout == 'sop':
+    # Only a one-sentence chunk lacks a B of its own.
+    return {'is_random': n == 1, 'swapped': (n >= 2) & coin}, n >= 2
+  _, p1, p2 = probabilities
+  drawn = np.where(u < p2, 2, np.where(u < p2 + p1, 1, 0))
+  before, after = _far_starts(start, a_end, doc_start, doc_end)
+  fallback = (((drawn == 0) & (n == 1))
+              | ((drawn == 1) & (before + after == 0)))
+  label = np.where(fallback, 2, drawn).astype(np.int32)
+  return ({'is_random': label == 2, 'swapped': no_swap, 'label': label,
+           'fallback': fallback}, label == 0)
+
+
+def _far_starts(start, a_end, doc_start, doc_end):
+  """Sentences of A's document where a class-1 B of sentence_distance may
+  start: (int64 [C] before A, in [doc_start, start - 2]; after it, in
+  [a_end + 1, doc_end - 1]), so that one sentence at least lies between."""
+  return (np.maximum(start - 1 - doc_start, 0),
+          np.maximum(doc_end - a_end - 1, 0))
+
+
+def plan_discourse(index: pretokenize.DocumentIndex,
+                   candidates: discourse.Candidates,
+                   max_seq_length: int) -> Plan:
+  """ERNIE 2.0's discourse pairs (s - 1, s): A is sentence s - 1, B is s
+  less its marker's tokens (``b_skip``), the label the marker's index."""
+  s = candidates.sentence.astype(np.int64)
+  n = len(s)
+  return Plan(
+      document=np.searchsorted(index.document_offsets, s, 'right') - 1,
+      start=s - 1, a_end=s, end=s + 1, is_random=np.zeros(n, bool),
+      target_length=np.full(n, max_seq_length - 3, np.int64),
+      swapped=np.zeros(n, bool), label=candidates.label.astype(np.int32),
+      b_skip=candidates.marker_length.astype(np.int64))
 
 
 def plan_full_sentences(index: pretokenize.DocumentIndex,
@@ -244,16 +358,52 @@ class TransientAttributes:
       setattr(self, name, factory())
 
 
+def _check_task_layout(config: InstanceConfig) -> None:
+  """What sentence_distance and discourse need of ``config``."""
+  if config.layout == 'sentence_distance':
+    p = np.asarray(config.distance_probabilities, np.float64)
+    if p.shape != (3,) or np.any(p < 0) or abs(p.sum() - 1) > 1e-6:
+      raise ValueError(
+          f'distance_probabilities={config.distance_probabilities}; use '
+          'three chances >= 0 summing to 1 (classes 0 adjacent, 1 same '
+          'document not adjacent, 2 other document), e.g. (1/3, 1/3, 1/3).')
+  if config.layout == 'discourse' and not any(config.discourse_markers):
+    raise ValueError(
+        'data.layout="discourse" needs InstanceConfig.discourse_markers, the '
+        'token sequences of each marker: discourse.discourse_marker_ids('
+        'tokenizer, path)[0]; got none.')
+
+
+def _log_fallbacks(plan: Plan, data_epoch: int) -> None:
+  """Logs sentence_distance's chunks made class 2 for want of their B."""
+  if plan.fallback is not None:
+    logging.info(
+        'sentence_distance, data epoch %d: label shares %s of %d pairs; %d '
+        'chunks fell back to class 2 (a one-sentence chunk that drew 0, or '
+        'a document with no sentence for a class-1 B).', data_epoch,
+        np.round(np.bincount(plan.label, minlength=3) / max(len(plan), 1),
+                 4).tolist(), len(plan), int(plan.fallback.sum()))
+
+
 class InstanceBuilder(TransientAttributes):
-  """Plans and materializes the instances of one split."""
+  """Plans and materializes the instances of one split.
+
+  Raises (on construction):
+    ValueError: a layout or its settings are wrong.
+    pretokenize.DataError: the split cannot give the layout's pairs: one
+      document for a layout that draws B from another, or for discourse
+      no sentence that opens with a marker (``discourse.find_candidates``,
+      which reads the split once).
+  """
   _TRANSIENT = {'_lock': threading.Lock, '_plans': collections.OrderedDict}
 
   def __init__(self, source, index: pretokenize.DocumentIndex,
                config: InstanceConfig, seed: int):
     if config.layout not in LAYOUTS:
       raise ValueError(f'data.layout={config.layout!r}; use one of {LAYOUTS}.')
+    _check_task_layout(config)
     # SOP too: its one-sentence chunks take B from another document.
-    if config.layout in _PAIR_LAYOUTS and index.num_documents < 2:
+    if config.layout in _RANDOM_B_LAYOUTS and index.num_documents < 2:
       raise pretokenize.DataError(
           f'data.layout="{config.layout}" draws B from other documents; the '
           f'split has {index.num_documents}. Use more text, or change '
@@ -266,15 +416,28 @@ class InstanceBuilder(TransientAttributes):
     self._plans: collections.OrderedDict[int, Plan] = (
         collections.OrderedDict())
     self._lock = threading.Lock()
+    # discourse: the split's pairs, found here, once (one read of the
+    # split; a corpus without markers fails when the pipeline is built),
+    # and kept, pickled with the builder into Grain's workers, for every
+    # epoch.
+    self._discourse_plan = plan_discourse(
+        index, discourse.find_candidates(
+            source, index, config.discourse_markers,
+            config.discourse_markers_path),
+        config.max_seq_length) if config.layout == 'discourse' else None
 
   def plan(self, data_epoch: int) -> Plan:
     """The plan of one data epoch (cached; thread-safe)."""
     with self._lock:
       if data_epoch not in self._plans:
-        if self.config.layout in _PAIR_LAYOUTS:
-          plan_pairs = plan_nsp if self.config.layout == 'nsp' else plan_sop
-          plan = plan_pairs(self.index, self.config.max_seq_length,
-                            self.config.short_seq_prob, self.seed, data_epoch)
+        if self.config.layout == 'discourse':
+          plan = self._discourse_plan
+        elif self.config.layout in _PAIR_LAYOUTS:
+          plan = _plan_pairs(self.index, self.config.max_seq_length,
+                             self.config.short_seq_prob, self.seed,
+                             data_epoch, self.config.layout,
+                             self.config.distance_probabilities)
+          _log_fallbacks(plan, data_epoch)
         else:  # Packing is deterministic: every epoch has the same plan.
           plan = self._plans.get(0) or plan_full_sentences(
               self.index, self.config.max_seq_length)
@@ -294,8 +457,19 @@ class InstanceBuilder(TransientAttributes):
     Returns:
       ``input_ids``, ``token_type_ids``, ``attention_mask`` (int32 [n, L]),
       ``word_starts`` (bool [n, L]; specials start a word, padding does not),
-      ``unit_labels`` (int8 [n, L]; 0 on specials and padding) and
-      ``next_sentence_label`` (int32 [n]).
+      ``unit_labels`` (int8 [n, L]; 0 on specials and padding),
+      ``capitalized`` (bool [n, L]: the records' flag, True on the first
+      token of a word whose first cased character is upper case in the
+      original text, see pretokenize; False on specials and padding, and
+      everywhere when the tokenizer does not lowercase), ``sentence_ids``
+      (int32 [n, L]: the sentence of each token within its row, 0, 1, 2,
+      ... in order of appearance, a sentence cut by truncation included,
+      the sentences of different documents apart and B's numbered after
+      A's; -1 on [CLS], [SEP] and padding), ``next_sentence_label`` (int32
+      [n]), and with ``InstanceConfig.token_document``
+      ``token_document_labels`` (int32 [n, L]: 1 where the token's id
+      occurs in its document outside the part of the document the row
+      uses, 0 otherwise and on specials and padding).
     """
     ks = np.asarray(ks, np.int64)
     if self.config.layout in _PAIR_LAYOUTS:
@@ -322,28 +496,71 @@ class InstanceBuilder(TransientAttributes):
     """Offset of global sentence ``sentence`` in document ``doc``'s tokens."""
     return self._csum[sentence] - self._csum[self.index.document_offsets[doc]]
 
-  def _pair_segments(self, plan: Plan, ks: np.ndarray, data_epoch: int):
-    """[CLS] A [SEP] B [SEP] per instance (B before A where ``swapped``),
-    after BERT's pair truncation; and the labels: 1 for a random or a
-    swapped B."""
-    seed, offsets, csum = self.seed, self.index.document_offsets, self._csum
+  def pair_b_sentences(self, plan: Plan, ks: np.ndarray, data_epoch: int):
+    """Where the B of each pair instance ``ks`` is: (document, first
+    sentence, end sentence), int64 [n] each, global sentence indices.
+
+    The chunk's own [a_end, end), or for a random B another document
+    (uniform), a uniform sentence in it, then sentences until A + B
+    reaches the target length or the document ends; for a class-1 B of
+    sentence_distance, ``_far_b``.
+    """
     doc = plan.document[ks]
     start, a_end = plan.start[ks], plan.a_end[ks]
-    len_a = csum[a_end] - csum[start]
-    is_random = plan.is_random[ks]
-    # A random B: another document, uniform; a uniform sentence in it; then
-    # sentences until A + B reaches the target length or the document ends.
-    r = counter_rng.randint(0, self.index.num_documents - 1, seed,
+    target_b = plan.target_length[ks] - (self._csum[a_end]
+                                         - self._csum[start])
+    b_doc, b_start, b_end = doc.copy(), a_end.copy(), plan.end[ks].copy()
+    rnd = np.flatnonzero(plan.is_random[ks])
+    b_doc[rnd], b_start[rnd], b_end[rnd] = self._random_b(
+        doc[rnd], target_b[rnd], ks[rnd], data_epoch)
+    if self.config.layout == 'sentence_distance':
+      far = np.flatnonzero(plan.label[ks] == 1)
+      b_start[far], b_end[far] = self._far_b(
+          doc[far], start[far], a_end[far], target_b[far], ks[far],
+          data_epoch)
+    return b_doc, b_start, b_end
+
+  def _random_b(self, doc, target_b, ks, data_epoch):
+    """Random Bs: (document, first, end sentence), int64 [m] each."""
+    offsets, csum = self.index.document_offsets, self._csum
+    r = counter_rng.randint(0, self.index.num_documents - 1, self.seed,
                             Stream.PAIRING, data_epoch, ks, 0)
     r += r >= doc
-    r_start = counter_rng.randint(offsets[r], offsets[r + 1], seed,
+    r_start = counter_rng.randint(offsets[r], offsets[r + 1], self.seed,
                                   Stream.PAIRING, data_epoch, ks, 1)
-    target_b = plan.target_length[ks] - len_a
     r_end = np.searchsorted(csum, csum[r_start] + target_b, 'left')
-    r_end = np.clip(r_end, r_start + 1, offsets[r + 1])
-    b_doc = np.where(is_random, r, doc)
-    b_start = np.where(is_random, r_start, a_end)
-    b_end = np.where(is_random, r_end, plan.end[ks])
+    return r, r_start, np.clip(r_end, r_start + 1, offsets[r + 1])
+
+  def _far_b(self, doc, start, a_end, target_b, ks, data_epoch):
+    """Class-1 Bs of sentence_distance: (first, end sentence), int64 [m].
+
+    The first sentence is uniform among those of A's document that leave a
+    sentence at least between A and B (``_far_starts``; the plan made
+    class 1 only where there is one); B then runs until A + B reaches the
+    target, the document's end, or, before A, the sentence before A.
+    """
+    offsets, csum = self.index.document_offsets, self._csum
+    lo, hi = offsets[doc], offsets[doc + 1]
+    before, after = _far_starts(start, a_end, lo, hi)
+    j = counter_rng.randint(0, before + after, self.seed,
+                            Stream.SENTENCE_DISTANCE, data_epoch, ks)
+    is_before = j < before
+    b_start = np.where(is_before, lo + j, a_end + 1 + j - before)
+    b_end = np.searchsorted(csum, csum[b_start] + target_b, 'left')
+    return b_start, np.clip(b_end, b_start + 1,
+                            np.where(is_before, start - 1, hi))
+
+  def _pair_segments(self, plan: Plan, ks: np.ndarray, data_epoch: int):
+    """[CLS] A [SEP] B [SEP] per instance (B before A where ``swapped``),
+    after BERT's pair truncation, B less its first ``b_skip`` tokens; and
+    the labels: ``plan.label``, or 1 for a random or a swapped B."""
+    seed, csum = self.seed, self._csum
+    doc = plan.document[ks]
+    start, a_end = plan.start[ks], plan.a_end[ks]
+    b_doc, b_start, b_end = self.pair_b_sentences(plan, ks, data_epoch)
+    # discourse's B (never swapped) starts after its marker.
+    skip = (plan.b_skip[ks] if plan.b_skip is not None
+            else np.zeros(len(ks), np.int64))
     # SOP's wrong order lays B out first. ALBERT swaps before truncating, so
     # the truncation and its front/back coins see B as the first segment. A
     # swapped pair is never random: both segments are in ``doc``.
@@ -353,7 +570,7 @@ class InstanceBuilder(TransientAttributes):
     second_start = np.where(swapped, start, b_start)
     second_end = np.where(swapped, a_end, b_end)
     len_first = csum[first_end] - csum[first_start]
-    len_second = csum[second_end] - csum[second_start]
+    len_second = csum[second_end] - csum[second_start] - skip
     remove_first, remove_second = truncation_counts(
         len_first, len_second, self.config.max_seq_length - 3)
     front_first = _front_removals(seed, data_epoch, ks, 0, remove_first)
@@ -366,12 +583,14 @@ class InstanceBuilder(TransientAttributes):
                         self._token_offset(first_start, doc) + front_first,
                         np.full(n, _SEP),
                         self._token_offset(second_start, b_doc)
-                        + front_second,
+                        + skip + front_second,
                         np.full(n, _SEP)], 1),
         length=np.stack([one, len_first - remove_first, one,
                          len_second - remove_second, one], 1),
         token_type=np.broadcast_to(np.array([0, 0, 0, 1, 1]), (n, 5)))
-    return segments, (is_random | swapped).astype(np.int32)
+    labels = (plan.label[ks] if plan.label is not None
+              else plan.is_random[ks] | swapped)
+    return segments, labels.astype(np.int32)
 
   def _packed_segments(self, plan: Plan, ks: np.ndarray):
     """[CLS] doc [SEP] doc ... [SEP]: a piece of each document the instance
@@ -471,9 +690,13 @@ def _first_of_row(row: np.ndarray) -> np.ndarray:
 class _DocumentTokens:
   """The tokens and flags a batch's segments use; each document read once.
 
-  Flags are int8: bit 0 the word start, bits 1+ the unit label (see
-  pretokenize: 0 none, 1/2 entity begin/inside, 3/4 phrase begin/inside).
-  Document -1 holds the specials [CLS] and [SEP] (a word start, label 0).
+  Flags are int8: bit 0 the word start, bits 1-3 the unit label (see
+  pretokenize: 0 none, 1/2 entity begin/inside, 3/4 phrase begin/inside),
+  bit 4 ``capitalized``. Document -1 holds the specials [CLS] and [SEP] (a
+  word start, label 0, not capitalized). ``sentence`` numbers each token's
+  sentence, the sentences of all the batch's documents apart (-1 for the
+  specials). With ``token_document``, the (document, id) pairs of the
+  whole documents are kept too, sorted (``_token_document_labels``).
   """
 
   def __init__(self, builder: InstanceBuilder, segments: _Segments):
@@ -490,11 +713,14 @@ class _DocumentTokens:
     np.maximum.at(hi, slot, end)
     ids = [np.array([CLS_ID, SEP_ID], np.int32)]
     word_starts, labels = [np.ones(2, bool)], [np.zeros(2, np.int8)]
+    capitalized, records = [np.zeros(2, bool)], []
     for d, a, b in zip(docs.tolist(), lo.tolist(), hi.tolist()):
       record = builder.source[d]
+      records.append(record)
       ids.append(record['token_ids'][a:b])
       word_starts.append(record['word_starts'][a:b])
       labels.append(record['unit_labels'][a:b])
+      capitalized.append(record['capitalized'][a:b])
     # Buffer position of each segment's first token: the offset of its
     # document's piece (slot 0: the specials), minus where the piece starts.
     base = _cumsum0([len(x) for x in ids])[:-1] - np.concatenate([[0], lo])
@@ -505,6 +731,25 @@ class _DocumentTokens:
     self.flags = np.concatenate(labels).astype(np.int8)
     self.flags <<= 1
     self.flags |= np.concatenate(word_starts)
+    self.flags |= np.concatenate(capitalized).astype(np.int8) << 4
+    # Each token's sentence: its position in the documents' tokens, laid
+    # end to end, against their sentences' ends.
+    lengths = [r['sentence_lengths'] for r in records]
+    ends = _cumsum0(np.concatenate([np.zeros(0, np.int64), *lengths]))
+    first_token = ends[_cumsum0([len(x) for x in lengths])[:-1]]
+    piece = hi - lo
+    position = np.repeat(first_token + lo, piece) + _ranks(piece)
+    self.sentence = np.concatenate(
+        [[-1, -1], np.searchsorted(ends, position, 'right') - 1])
+    self.token_document = builder.config.token_document
+    if self.token_document:
+      self.slot = np.concatenate([[-1, -1], np.repeat(np.arange(len(docs)),
+                                                      piece)])
+      self.num_documents = len(docs)
+      # (document slot, id) of every token of the documents, sorted.
+      self.document_keys = np.sort(np.concatenate(
+          [np.zeros(0, np.int64)] + [(i << 32) | r['token_ids'].astype(
+              np.int64) for i, r in enumerate(records)]))
 
   def assemble(self, segments: _Segments, num_rows: int,
                max_seq_length: int) -> dict:
@@ -525,10 +770,52 @@ class _DocumentTokens:
     token_type_ids[row, col] = segments.token_type[seg_of]
     attention_mask = np.zeros(shape, np.int32)
     attention_mask[row, col] = 1
-    return {'input_ids': input_ids, 'token_type_ids': token_type_ids,
-            'attention_mask': attention_mask,
-            'word_starts': (flags & 1).astype(bool),
-            'unit_labels': (flags >> 1).astype(np.int8)}
+    sentence = np.full(shape, -1, np.int64)
+    sentence[row, col] = self.sentence[src]
+    batch = {'input_ids': input_ids, 'token_type_ids': token_type_ids,
+             'attention_mask': attention_mask,
+             'word_starts': (flags & 1).astype(bool),
+             'unit_labels': ((flags >> 1) & 7).astype(np.int8),
+             'capitalized': (flags & 16).astype(bool),
+             'sentence_ids': _sentence_ids(sentence)}
+    if self.token_document:
+      batch['token_document_labels'] = self._token_document_labels(
+          row, col, src, shape)
+    return batch
+
+  def _token_document_labels(self, row, col, src, shape) -> np.ndarray:
+    """int32 ``shape``: 1 where a token's id occurs in its document outside
+    the tokens that its row uses of that document, 0 elsewhere.
+
+    Per (row, document): the id's count in the whole document against its
+    count in the row's part of it (the segments of a row never overlap);
+    a few sorts for the batch.
+    """
+    slot = self.slot[src]
+    real = slot >= 0
+    row, col, slot = row[real], col[real], slot[real]
+    ids = self.ids[src[real]].astype(np.int64)
+    _, in_row, counts = np.unique(
+        ((row * self.num_documents + slot) << 32) | ids, return_inverse=True,
+        return_counts=True)
+    keys, in_batch = np.unique((slot << 32) | ids, return_inverse=True)
+    in_document = (np.searchsorted(self.document_keys, keys, 'right')
+                   - np.searchsorted(self.document_keys, keys, 'left'))
+    labels = np.zeros(shape, np.int32)
+    labels[row, col] = in_document[in_batch] > counts[in_row]
+    return labels
+
+
+def _sentence_ids(sentence: np.ndarray) -> np.ndarray:
+  """int32 [n, L]: each token's sentence counted 0, 1, ... along its row,
+  from ``sentence`` int64 [n, L] (any numbering of the sentences; -1 on
+  specials and padding, which stay -1). A sentence starts where the number
+  differs from the position before, so one after a [SEP] is always new."""
+  previous = np.full_like(sentence, -1)
+  previous[:, 1:] = sentence[:, :-1]
+  starts = (sentence >= 0) & (sentence != previous)
+  return np.where(sentence >= 0, np.cumsum(starts, axis=1) - 1,
+                  -1).astype(np.int32)
 
 
 def _front_removals(seed, data_epoch, ks, which, remove) -> np.ndarray:
@@ -736,9 +1023,11 @@ def check_fills_a_batch(dataset: BatchAccessDataset,
   what = (f'the {len(parts)} components of the mixture hold {sum(sizes)} '
           f'instances in all ({sizes})' if len(parts) > 1 else
           f'the split holds {sizes[0]} instances')
-  per_instance = ('each document gives at least one' if config.layout in
-                  _PAIR_LAYOUTS else 'full_sentences packs '
-                  f'{config.max_seq_length - 2} tokens in each')
+  per_instance = (
+      'one per sentence that opens with a marker' if config.layout ==
+      'discourse' else 'each document gives at least one' if config.layout
+      in _PAIR_LAYOUTS else 'full_sentences packs '
+      f'{config.max_seq_length - 2} tokens in each')
   raise pretokenize.DataError(
       f'{what}, from {documents} documents of {tokens} tokens '
       f'(data.layout={config.layout!r}: {per_instance}), fewer than one '

@@ -10,6 +10,11 @@ order:
   word_starts:      bool  [num_tokens]     does the token start a word?
   unit_labels:      int8  [num_tokens]     entity/phrase units (gazetteer.py
                                            or annotations.py)
+  capitalized:      bool  [num_tokens]     does the token start a word whose
+                                           first cased character is upper
+                                           case in the original text? (Only
+                                           when the tokenizer lowercases;
+                                           False everywhere otherwise.)
 
 Next to the shards, ``index-<split>/`` holds what instance planning needs
 without reading the documents again (sentence lengths per document) and the
@@ -55,7 +60,12 @@ from data_pipelines import tokenizer as tokenizer_lib
 # 2.0.0: sharded, written in corpus order (TFDS's writer ordered records by
 # a hash of their keys); a document's index counts raw documents
 # (corpus.raw_documents), those with no text included.
-FORMAT_VERSION = '2.0.0'
+# 2.1.0: a 'capitalized' feature (tokenizer.capitalized_words) per token.
+FORMAT_VERSION = '2.1.0'
+# Formats whose documents, order and indices are this one's (a later one
+# only added a field): a checkpoint trained on one resumes on the batches it
+# would have seen.
+SAME_BATCHES_FORMATS = ('2.0.0', FORMAT_VERSION)
 FEATURES = shards.FEATURES
 ARRAY_RECORD_OPTIONS = shards.ARRAY_RECORD_OPTIONS
 DocumentIndex = shards.DocumentIndex
@@ -156,23 +166,29 @@ def cached_tokenizer(data_cfg, text_key: tuple,
 
   A trained model is cached in ``data_dir/tokenizers/<key>/spm.model``, the
   key covering ``text_key`` (what identifies the training text), the
-  sampling ``method`` and the tokenizer settings.
+  sampling ``method`` and the tokenizer settings; ``tokenizer.lowercase``
+  trains a case-folding model (``tokenizer_lib.train``).
   """
   tok_cfg = data_cfg.tokenizer
   if tok_cfg.model_path:
     return tokenizer_lib.Tokenizer.load(tok_cfg.model_path)
   seed = tok_cfg.get('sample_seed', 0)
+  lowercase = bool(tok_cfg.get('lowercase', False))
+  # Only a lowercasing model adds to the key: the cased models trained
+  # before the option existed keep theirs.
   key = cache_key(*text_key, tok_cfg.vocab_size, tok_cfg.model_type,
                   tok_cfg.max_sentences, tokenizer_lib.TRAINING_THREADS,
-                  method, seed)
+                  method, seed, *(('lowercase',) if lowercase else ()))
   path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
   if storage.exists(path):
     return tokenizer_lib.Tokenizer.load(path)
-  logging.info('Training a %s SentencePiece model of %d pieces -> %s',
-               tok_cfg.model_type, tok_cfg.vocab_size, path)
+  logging.info('Training a %s%s SentencePiece model of %d pieces -> %s',
+               'lowercasing ' if lowercase else '', tok_cfg.model_type,
+               tok_cfg.vocab_size, path)
   tokenizer = tokenizer_lib.train(
       sample_fn(tok_cfg.max_sentences, seed), tok_cfg.vocab_size,
-      tok_cfg.model_type, max_sentences=tok_cfg.max_sentences)
+      tok_cfg.model_type, max_sentences=tok_cfg.max_sentences,
+      lowercase=lowercase)
   storage.makedirs(os.path.dirname(path))
   tokenizer.save(path)
   return tokenizer

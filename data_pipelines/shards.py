@@ -64,6 +64,7 @@ FEATURES = {
     'sentence_lengths': np.dtype('<i4'),
     'word_starts': np.dtype(np.bool_),
     'unit_labels': np.dtype(np.int8),
+    'capitalized': np.dtype(np.bool_),
 }
 # ArrayRecord chunks are written uncompressed: decompressing a record costs
 # more than the rest of reading it (experiments/benchmarks/pipeline.py
@@ -169,36 +170,25 @@ def tokenize_documents(documents: Iterable[tuple[int, list[str]]],
   (annotations.py); the others take word starts from the tokenizer and
   units from the gazetteer, if any. Sentences with no token, and documents
   left with no sentence, are dropped and counted in ``counts``
-  ('empty_sentences', 'empty_documents').
+  ('empty_sentences', 'empty_documents'). A tokenizer that lowercases
+  gives each token its ``capitalized`` flag from the original text
+  (``tokenizer.capitalized_words``); any other, all False.
   """
   counts = collections.Counter() if counts is None else counts
 
   def flush(batch):
-    spans = [getattr(doc, 'spans', None) for _, doc in batch]
-    plain = iter(tokenizer.encode(
-        [s for (_, doc), sp in zip(batch, spans) if sp is None for s in doc],
-        num_threads=num_threads))
-    annotated = iter(tokenizer.encode_with_offsets(
-        [s for (_, doc), sp in zip(batch, spans) if sp is not None
-         for s in doc], num_threads=num_threads))
-    for (index, doc), doc_spans in zip(batch, spans):
-      sentences = []  # (ids, word starts, unit labels), non-empty only.
-      for j in range(len(doc)):
-        if doc_spans is None:
-          ids = next(plain)
-          word_starts, labels = tokenizer.word_starts(ids), None
-        else:
-          ids, ends = next(annotated)
-          word_starts, labels = annotations.token_labels(
-              ends, doc_spans[j], tokenizer.word_starts(ids))
-        if len(ids):
-          sentences.append((ids, word_starts, labels))
-        else:
-          counts['empty_sentences'] += 1
+    documents = [doc for _, doc in batch]
+    encoded = _encode_documents(documents, tokenizer, num_threads)
+    for (index, doc), doc_encoded in zip(batch, encoded):
+      # (ids, word starts, unit labels, capitalized), non-empty only.
+      sentences = [x for x in doc_encoded if len(x[0])]
+      if len(sentences) < len(doc_encoded):
+        counts['empty_sentences'] += len(doc_encoded) - len(sentences)
       if not sentences:
         counts['empty_documents'] += 1
         continue
-      ids, word_starts, labels = zip(*sentences)
+      ids, word_starts, labels, capitalized = zip(*sentences)
+      doc_spans = getattr(doc, 'spans', None)
       if doc_spans is not None and annotations.has_units(doc_spans):
         unit_labels = np.concatenate(labels)
       elif gazetteer is not None:  # Per sentence: units stay in sentences.
@@ -211,6 +201,9 @@ def tokenize_documents(documents: Iterable[tuple[int, list[str]]],
           'sentence_lengths': np.array([len(x) for x in ids], np.int32),
           'word_starts': np.concatenate(word_starts),
           'unit_labels': unit_labels.astype(np.int8),
+          'capitalized': (np.concatenate(capitalized)
+                          if tokenizer.lowercases
+                          else np.zeros(sum(map(len, ids)), bool)),
       }
 
   batch = []
@@ -221,6 +214,48 @@ def tokenize_documents(documents: Iterable[tuple[int, list[str]]],
       batch = []
   if batch:
     yield from flush(batch)
+
+
+def _encode_documents(documents: Sequence[list[str]],
+                      tokenizer: tokenizer_lib.Tokenizer, num_threads: int
+                      ) -> list[list[list]]:
+  """Per document, per sentence: [ids, word starts, unit labels or None,
+  capitalized or None], empty sentences included; SentencePiece encodes
+  all the sentences of ``documents`` at once.
+
+  Annotated documents take their word starts and unit labels from their
+  spans (``annotations.token_labels``), the others their word starts from
+  the tokenizer. ``capitalized`` (``tokenizer.capitalized_words``) needs
+  the text of each token, a second and slower encoding: only a
+  lowercasing tokenizer gives it, the others None.
+  """
+  spans = [getattr(doc, 'spans', None) for doc in documents]
+  plain = iter(tokenizer.encode(
+      [s for doc, sp in zip(documents, spans) if sp is None for s in doc],
+      num_threads=num_threads))
+  annotated = iter(tokenizer.encode_with_offsets(
+      [s for doc, sp in zip(documents, spans) if sp is not None
+       for s in doc], num_threads=num_threads))
+  encoded = []
+  for doc, doc_spans in zip(documents, spans):
+    sentences = []
+    for j in range(len(doc)):
+      if doc_spans is None:
+        ids = next(plain)
+        sentences.append([ids, tokenizer.word_starts(ids), None, None])
+      else:
+        ids, ends = next(annotated)
+        sentences.append([ids, *annotations.token_labels(
+            ends, doc_spans[j], tokenizer.word_starts(ids)), None])
+    encoded.append(sentences)
+  if tokenizer.lowercases:
+    flat = [x for sentences in encoded for x in sentences]
+    text = [s for doc in documents for s in doc]
+    for x, capitalized in zip(flat, tokenizer_lib.capitalized_words(
+        text, tokenizer.token_begins(text, num_threads),
+        [word_starts for _, word_starts, _, _ in flat])):
+      x[3] = capitalized
+  return encoded
 
 
 def _varint(n: int) -> bytes:

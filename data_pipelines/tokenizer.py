@@ -4,10 +4,16 @@ Ids 0-4 are [PAD], [UNK], [CLS], [SEP], [MASK] in every model this module
 trains, and every loaded model is checked for the same layout, so the rest of
 the framework can use the constants below. Pieces that begin with U+2581
 ("▁") start a word; their flags drive whole-word masking.
+
+A model trained with ``lowercase`` case-folds its input (SentencePiece's
+``nmt_nfkc_cf`` normalization), so the tokens do not show case; the
+original text's case is still reachable through SentencePiece's alignment
+of each piece with the text it came from (``capitalized_words``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import itertools
@@ -17,6 +23,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from bertjax import storage
 
@@ -26,6 +33,9 @@ NUM_SPECIAL = len(SPECIAL_PIECES)
 MODEL_TYPES = ('unigram', 'bpe')
 _WORD_START = '\u2581'
 TRAINING_THREADS = 16
+# SentencePiece's normalization rules, without and with case folding.
+_NORMALIZATION = {False: 'nmt_nfkc', True: 'nmt_nfkc_cf'}
+_CASE_FOLDING_RULES = ('nmt_nfkc_cf', 'nfkc_cf')
 
 
 class TokenizerError(ValueError):
@@ -46,7 +56,12 @@ def padded_vocab_size(vocab_size: int, multiple: int = 128) -> int:
 
 
 class Tokenizer:
-  """A loaded SentencePiece model with BERT specials at ids 0-4."""
+  """A loaded SentencePiece model with BERT specials at ids 0-4.
+
+  Attributes:
+    lowercases: whether the model case-folds its input (its normalizer is
+      ``nmt_nfkc_cf`` or ``nfkc_cf``): then no token shows case.
+  """
 
   def __init__(self, model_proto: bytes):
     self.model_proto = model_proto
@@ -63,6 +78,9 @@ class Tokenizer:
     self.word_start_table = np.array(
         [i < NUM_SPECIAL or self._sp.id_to_piece(i).startswith(_WORD_START)
          for i in range(self.vocab_size)], dtype=bool)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model_proto)
+    self.lowercases = proto.normalizer_spec.name in _CASE_FOLDING_RULES
 
   @classmethod
   def load(cls, path: str) -> 'Tokenizer':
@@ -111,6 +129,23 @@ class Tokenizer:
       out.append((ids, ends))
     return out
 
+  def token_begins(self, sentences: Sequence[str],
+                   num_threads: int = -1) -> list[np.ndarray]:
+    """Per sentence, int64 [num_tokens]: the UTF-8 byte of the sentence
+    where each token's text begins (the tokens of ``encode``).
+
+    SentencePiece aligns every piece with the text as given, through its
+    normalization and case folding; a word's first piece begins at the
+    whitespace before the word.
+    """
+    if not sentences:
+      return []
+    protos = self._sp.encode(list(sentences), return_type='proto',
+                             num_threads=num_threads)
+    begins = np.array([p.begin for x in protos for p in x.pieces], np.int64)
+    bounds = np.cumsum([0] + [len(x.pieces) for x in protos]).tolist()
+    return [begins[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
   def decode(self, ids: Iterable[int]) -> str:
     return self._sp.decode([int(i) for i in ids])
 
@@ -120,6 +155,91 @@ class Tokenizer:
   def word_starts(self, ids: np.ndarray) -> np.ndarray:
     """bool flags, same shape as ``ids``: does the token start a word?"""
     return self.word_start_table[ids]
+
+
+def _case(character: str) -> int:
+  """0 uncased, 1 lower case, 2 upper or title case."""
+  if character.isupper() or character.istitle():
+    return 2
+  return int(character.islower())
+
+
+@functools.cache
+def _bmp_cases() -> np.ndarray:
+  """int8 [65536]: ``_case`` of each code point of Unicode's Basic
+  Multilingual Plane (built once per process, in about 10 ms)."""
+  return np.array([_case(chr(c)) for c in range(0x10000)], np.int8)
+
+
+def _cases(code_points: np.ndarray) -> np.ndarray:
+  """int8, ``_case`` of each of ``code_points`` (uint32)."""
+  cases = np.zeros(len(code_points), np.int8)
+  bmp = code_points < 0x10000
+  cases[bmp] = _bmp_cases()[code_points[bmp]]
+  astral = np.flatnonzero(~bmp)
+  if astral.size:
+    values, inverse = np.unique(code_points[astral], return_inverse=True)
+    cases[astral] = np.array([_case(chr(v)) for v in values.tolist()],
+                             np.int8)[inverse]
+  return cases
+
+
+def capitalized_words(sentences: Sequence[str],
+                      begins: Sequence[np.ndarray],
+                      word_starts: Sequence[np.ndarray]) -> list[np.ndarray]:
+  """Which tokens start a capitalized word of the original text.
+
+  A word runs from a word-start token to the next word start of its
+  sentence (or the sentence's end); it is capitalized when the first cased
+  character of its original text is upper (or title) case: "Paris",
+  "(Paris", "USA", "McDonald", "2nd" no, "iPhone" no. (An [UNK] token
+  starts a word, as in ``word_start_table``: it splits the word it is in.)
+  Vectorized over all the sentences at once.
+
+  Args:
+    sentences: the original text, one sentence per item.
+    begins: per sentence, int [num_tokens], the UTF-8 byte where each
+      token's text begins (``Tokenizer.token_begins``).
+    word_starts: per sentence, bool [num_tokens].
+
+  Returns:
+    Per sentence, bool [num_tokens]: True on the word-start tokens of
+    capitalized words, False elsewhere.
+
+  Raises:
+    ValueError: ``begins`` and ``word_starts`` count different tokens.
+  """
+  if not sentences:
+    return []
+  sizes = np.array([len(b) for b in begins], np.int64)
+  if sizes.tolist() != [len(w) for w in word_starts]:
+    raise ValueError('begins and word_starts must hold the same tokens.')
+  flags = np.zeros(int(sizes.sum()), bool)
+  starts = np.flatnonzero(np.concatenate([np.zeros(0, bool), *word_starts]))
+  if starts.size:
+    # The text as code points, sentences apart (an uncased '\n' between):
+    # character and UTF-8 byte offsets of every character.
+    text = '\n'.join(sentences)
+    code_points = np.frombuffer(text.encode('utf-32-le', 'surrogatepass'),
+                                np.uint32)
+    char_bytes = 1 + ((code_points >= 0x80).astype(np.int64) +
+                      (code_points >= 0x800) + (code_points >= 0x10000))
+    byte_offset = np.concatenate([[0], np.cumsum(char_bytes)])
+    sentence_start = np.cumsum([0] + [len(s) + 1 for s in sentences])
+    sentence = np.repeat(np.arange(len(sizes)), sizes)[starts]
+    first = np.searchsorted(byte_offset, np.concatenate(begins)[starts] +
+                            byte_offset[sentence_start[sentence]])
+    end = sentence_start[sentence + 1] - 1
+    same = sentence[1:] == sentence[:-1]
+    end[:-1] = np.where(same, first[1:], end[:-1])
+    cases = _cases(code_points)
+    cased = np.flatnonzero(cases)
+    if cased.size:
+      j = np.searchsorted(cased, first)
+      at = cased[np.minimum(j, cased.size - 1)]
+      flags[starts] = (j < cased.size) & (at < end) & (cases[at] == 2)
+  bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+  return [flags[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def sample_sentences(sentences: Iterable[str], max_sentences: int,
@@ -164,7 +284,8 @@ def sample_sentences(sentences: Iterable[str], max_sentences: int,
 def train(sentences: Iterable[str], vocab_size: int, model_type: str,
           character_coverage: float = 0.9999, seed: int = 0,
           max_sentences: int = 2_000_000,
-          num_threads: int = TRAINING_THREADS) -> Tokenizer:
+          num_threads: int = TRAINING_THREADS,
+          lowercase: bool = False) -> Tokenizer:
   """Trains a SentencePiece model with BERT's specials at ids 0-4.
 
   Args:
@@ -180,6 +301,10 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str,
     num_threads: SentencePiece splits its work by thread count, and the
       learned scores depend on the split: a fixed count (not the machine's
       core count) makes the model the same bytes on every machine.
+    lowercase: case-fold the text (SentencePiece's ``nmt_nfkc_cf``
+      normalization, instead of ``nmt_nfkc``), in training and in every
+      encoding with the model: the tokens do not show case
+      (``Tokenizer.lowercases``).
   """
   if model_type not in MODEL_TYPES:
     raise TokenizerError(f'tokenizer.model_type={model_type!r}; use one of '
@@ -206,7 +331,8 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str,
         pad_id=PAD_ID, pad_piece='[PAD]', unk_id=UNK_ID, unk_piece='[UNK]',
         bos_id=-1, eos_id=-1, control_symbols=list(SPECIAL_PIECES[2:]),
         hard_vocab_limit=False, num_threads=num_threads,
-        minloglevel=2, split_digits=True, byte_fallback=False)
+        normalization_rule_name=_NORMALIZATION[lowercase], minloglevel=2,
+        split_digits=True, byte_fallback=False)
   except RuntimeError as e:
     # SentencePiece's own messages for these cases are assertions.
     if not num_sentences:

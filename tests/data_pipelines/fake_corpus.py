@@ -35,6 +35,7 @@ class FakeCorpus:
           'sentence_lengths': np.array(self.doc_lengths[d], np.int32),
           'word_starts': ids % 3 == 0,
           'unit_labels': np.zeros(len(ids), np.int8),
+          'capitalized': ids % 5 == 0,
       })
 
   def tokens(self, start, end):

@@ -407,8 +407,9 @@ def test_dataset_is_a_pure_function_of_the_index(small_corpus):
 def test_dataset_element_fields(small_corpus):
   x = _dataset(small_corpus)[3]
   assert set(x) == {'input_ids', 'token_type_ids', 'attention_mask',
-                    'word_starts', 'unit_labels', 'next_sentence_label',
-                    'example_index', 'mask_epoch'}
+                    'word_starts', 'unit_labels', 'capitalized',
+                    'sentence_ids', 'next_sentence_label', 'example_index',
+                    'mask_epoch'}
   assert x['input_ids'].shape == (MAX_SEQ_LENGTH,)
   # Records without entity/phrase spans give label 0 everywhere.
   assert x['unit_labels'].shape == (MAX_SEQ_LENGTH,)

@@ -141,7 +141,8 @@ def test_records_are_the_bytes_of_tfds_examples():
     record = {'token_ids': rng.integers(0, 30_000, n).astype(np.int32),
               'sentence_lengths': np.array([n], np.int32),
               'word_starts': rng.random(n) < 0.5,
-              'unit_labels': rng.integers(0, 3, n).astype(np.int8)}
+              'unit_labels': rng.integers(0, 3, n).astype(np.int8),
+              'capitalized': rng.random(n) < 0.1}
     example = tf_example_pb2.Example()
     for name, dtype in shards.FEATURES.items():
       example.features.feature[name].bytes_list.value.append(
