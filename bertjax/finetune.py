@@ -241,7 +241,13 @@ def _encoder_params(params: dict, cfg, model_cfg) -> dict:
 def load_pretrained(workdir: str, step: int = 0) -> Pretrained:
   """The encoder of ``workdir``'s checkpoint at ``step`` (0: the latest):
   a pretraining run's, an import's, or a multi-task run's
-  (``_load_multitask``)."""
+  (``_load_multitask``).
+
+  An encoder with ERNIE 2.0's task embedding (``model.task_type_vocab_size``
+  > 0) keeps its table, and downstream inputs carry no task id: every token
+  takes task 0, the table's first row (``bert.Embeddings`` with no
+  ``task_type_ids``), as transformers' ``ErnieModel`` does without them.
+  """
   if storage.isfile(os.path.join(workdir, MULTITASK_META)):
     return _load_multitask(workdir, step)
   try:

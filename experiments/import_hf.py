@@ -6,7 +6,8 @@
       --workdir=runs/continued
 
 Reads ``model.safetensors`` (or ``pytorch_model.bin``, with torch) of
-BertForPreTraining, RobertaForMaskedLM, AlbertForPreTraining or ELECTRA
+BertForPreTraining, ErnieForPreTraining (with or without ``use_task_id``),
+RobertaForMaskedLM, AlbertForPreTraining or ELECTRA
 (``--hf_dir`` the ElectraForPreTraining discriminator, ``--generator_dir``
 the ElectraForMaskedLM generator), and its SentencePiece tokenizer, which
 must have bertjax's layout ([PAD], [UNK], [CLS], [SEP], [MASK] at ids 0-4:

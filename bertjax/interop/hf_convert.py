@@ -11,7 +11,8 @@ Families and their transformers classes:
 
 | family | from a bertjax run | class |
 | --- | --- | --- |
-| ``bert`` | ``objective.name=bert`` (BERT, wwm, span, ERNIE, SpanBERT) | ``BertForPreTraining`` |
+| ``bert`` | ``objective.name=bert`` (BERT, wwm, span, ERNIE 1.0, SpanBERT) | ``BertForPreTraining`` |
+| ``ernie`` | ``bert`` with ``model.task_type_vocab_size`` > 0 (ERNIE 2.0) | ``ErnieForPreTraining`` |
 | ``roberta`` | ``bert`` without NSP on ``full_sentences`` | ``RobertaForMaskedLM`` |
 | ``albert`` | ``bert`` with ``model.num_layer_groups`` or ``embedding_size`` | ``AlbertForPreTraining`` |
 | ``electra`` | ``objective.name=electra`` | ``ElectraForPreTraining`` (discriminator), ``ElectraForMaskedLM`` (generator) |
@@ -20,6 +21,13 @@ Families and their transformers classes:
 Vocabulary: bertjax's tables have ``padded_vocab_size`` rows (a multiple of
 128); an export keeps the tokenizer's ``vocab_size`` rows, the only ones any
 input reaches, and an import pads with zero rows that no input reaches.
+
+ERNIE is BERT's table under ``ernie.`` with one more tensor, the task
+embedding (``ernie.embeddings.task_type_embeddings.weight``, bertjax's
+``embeddings/task_type/embedding``), added before the embedding LayerNorm
+in both; ``config.json`` says ``use_task_id`` and ``task_type_vocab_size``.
+``ErnieModel.from_pretrained`` loads the encoder of the export (the heads'
+``cls.*`` tensors are then unused).
 """
 
 from __future__ import annotations
@@ -48,17 +56,19 @@ from bertjax.objectives import electra as electra_objective
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
-FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert')
+FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert', 'ernie')
 # (family, part) -> transformers architecture.
 ARCHITECTURES = {
     ('bert', None): 'BertForPreTraining',
+    ('ernie', None): 'ErnieForPreTraining',
     ('roberta', None): 'RobertaForMaskedLM',
     ('albert', None): 'AlbertForPreTraining',
     ('electra', 'discriminator'): 'ElectraForPreTraining',
     ('electra', 'generator'): 'ElectraForMaskedLM',
     ('distilbert', None): 'DistilBertForMaskedLM',
 }
-_MODEL_TYPES = {'BertForPreTraining': 'bert', 'RobertaForMaskedLM': 'roberta',
+_MODEL_TYPES = {'BertForPreTraining': 'bert', 'ErnieForPreTraining': 'ernie',
+                'RobertaForMaskedLM': 'roberta',
                 'AlbertForPreTraining': 'albert',
                 'ElectraForPreTraining': 'electra',
                 'ElectraForMaskedLM': 'electra',
@@ -97,9 +107,10 @@ def check_family(cfg, family: str) -> None:
   natural = family_of(cfg)
   if family not in FAMILIES:
     raise ConversionError(f'family={family!r}; use one of {FAMILIES}.')
+  _check_task_embedding(cfg.model, family)
   allowed = {'bert': {'bert', 'roberta'}, 'roberta': {'roberta', 'bert'},
              'albert': {'albert'}, 'electra': {'electra'},
-             'distilbert': {'distilbert'}}[natural]
+             'distilbert': {'distilbert'}, 'ernie': {'ernie'}}[natural]
   if family not in allowed:
     raise ConversionError(
         f'a {natural} run (objective.name={cfg.objective.name!r}) cannot be '
@@ -112,6 +123,28 @@ def check_family(cfg, family: str) -> None:
         "has model.gelu='tanh': its logits would differ. Export it as "
         "family 'bert' (BertForPreTraining, whose head follows hidden_act), "
         "or train RoBERTa with model.gelu='exact' (the roberta preset does).")
+
+
+def _check_task_embedding(m, family: str) -> None:
+  """Raises ConversionError where ``family``'s class and the ``model``
+  section ``m`` differ on ERNIE 2.0's task embedding: only ERNIE has a
+  place for it, and ERNIE's embeddings are BERT's (a token-type table, no
+  factorization, no shared layers)."""
+  if m.task_type_vocab_size and family != 'ernie':
+    raise ConversionError(
+        f'model.task_type_vocab_size={m.task_type_vocab_size}: only family '
+        f"'ernie' (ErnieForPreTraining) has a task embedding; {family} "
+        'would drop it and change every output.')
+  if family != 'ernie':
+    return
+  if m.num_layer_groups or m.embedding_size:
+    raise ConversionError(
+        'ErnieForPreTraining has no factorized embedding and no shared '
+        f'layers (model.embedding_size={m.embedding_size}, '
+        f'model.num_layer_groups={m.num_layer_groups}).')
+  if not m.type_vocab_size:
+    raise ConversionError('ErnieForPreTraining always has a token-type '
+                          'table; this run has model.type_vocab_size=0.')
 
 
 # ---------------------------------------------------------------------------
@@ -168,8 +201,8 @@ def _layer(hf: str, path: tuple[str, ...], names: dict) -> Iterator[Rule]:
   yield from _norm(f'{hf}.{names["ffn_norm"]}', path + ('ffn_norm',))
 
 
-def _embeddings(hf: str, positions='copy', token_types: bool = True
-                ) -> Iterator[Rule]:
+def _embeddings(hf: str, positions='copy', token_types: bool = True,
+                task_types: bool = False) -> Iterator[Rule]:
   yield f'{hf}.word_embeddings.weight', ('embeddings', 'word',
                                          'embedding'), 'vocab'
   yield f'{hf}.position_embeddings.weight', ('embeddings', 'position',
@@ -177,6 +210,9 @@ def _embeddings(hf: str, positions='copy', token_types: bool = True
   if token_types:
     yield f'{hf}.token_type_embeddings.weight', ('embeddings', 'token_type',
                                                  'embedding'), 'copy'
+  if task_types:
+    yield f'{hf}.task_type_embeddings.weight', ('embeddings', 'task_type',
+                                                'embedding'), 'copy'
   yield from _norm(f'{hf}.LayerNorm', ('embeddings', 'layer_norm'))
 
 
@@ -189,18 +225,20 @@ def _encoder_layers(hf_prefix: str, prefix: tuple[str, ...], num: int,
 def rules(family: str, dims: dict, part: str | None = None) -> list[Rule]:
   """The name table of ``family`` for a model of ``dims`` (``num_layers``,
   ``num_groups``, ``factorized``, ``pad_token_id``, ``token_types``; for
-  ELECTRA ``generator_layers`` and ``generator_factorized``)."""
+  ERNIE ``task_types``, whether it has the task table; for ELECTRA
+  ``generator_layers`` and ``generator_factorized``)."""
   out: list[Rule] = []
   bert_names = _LAYER_NAMES['bert']
-  if family in ('bert', 'roberta'):
+  if family in ('bert', 'roberta', 'ernie'):
     base = family
-    positions = ('copy' if family == 'bert'
+    positions = ('copy' if family != 'roberta'
                  else f'positions+{dims["pad_token_id"] + 1}')
-    out += _embeddings(f'{base}.embeddings', positions)
+    out += _embeddings(f'{base}.embeddings', positions,
+                       task_types=family == 'ernie' and dims['task_types'])
     out += _encoder_layers(f'{base}.encoder.layer', (), dims['num_layers'],
                            bert_names)
-    if family == 'bert':
-      out += _dense('bert.pooler.dense', ('pooler',))
+    if family != 'roberta':   # BERT's heads, under the same names.
+      out += _dense(f'{base}.pooler.dense', ('pooler',))
       out += _dense('cls.predictions.transform.dense', ('mlm_transform',))
       out += _norm('cls.predictions.transform.LayerNorm', ('mlm_norm',))
       out.append(('cls.predictions.bias', ('mlm_output_bias',), 'vocab'))
@@ -256,6 +294,7 @@ def rules(family: str, dims: dict, part: str | None = None) -> list[Rule]:
 # Tied to the word embeddings in every family: written as the same values
 # (transformers re-ties them on load).
 TIED = {'bert': ('cls.predictions.decoder.weight',),
+        'ernie': ('cls.predictions.decoder.weight',),
         'roberta': ('lm_head.decoder.weight',),
         'albert': ('predictions.decoder.weight',),
         ('electra', 'generator'): ('generator_lm_head.weight',),
@@ -311,6 +350,7 @@ def _dims(cfg, model_cfg) -> dict:
   dims = {'num_layers': model_cfg.num_layers,
           'num_groups': model_cfg.num_layer_groups or model_cfg.num_layers,
           'factorized': model_cfg.factorized,
+          'task_types': bool(model_cfg.task_type_vocab_size),
           'pad_token_id': tokenizer_lib.PAD_ID}
   if cfg.objective.name == electra_objective.NAME:
     _, generator = electra_objective.model_configs(
@@ -324,6 +364,7 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
                   part: str | None = None) -> dict[str, np.ndarray]:
   """``params`` (a run's, nested arrays) as the tensors of ``family``'s
   transformers class, float32, the vocabulary trimmed to ``vocab_size``."""
+  _check_task_embedding(cfg.model, family)
   model_cfg = _model_config(cfg, vocab_size)
   if family != 'electra':   # A distilled student, beside its teacher.
     params = objectives.get(cfg.objective.name).encoder_params(params)
@@ -395,6 +436,9 @@ def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
                   inner_group_num=1, classifier_dropout_prob=0.1)
   if family == 'electra':
     config['embedding_size'] = m.embedding_width
+  if family == 'ernie':
+    config.update(use_task_id=bool(m.task_type_vocab_size),
+                  task_type_vocab_size=m.task_type_vocab_size)
   return config
 
 
@@ -569,10 +613,15 @@ def _write_readme(directory: str, run, family: str, part, omitted) -> None:
       f'tokenizer\'s {run.vocab_size} ids (bertjax pads its tables to a '
       'multiple of 128 with rows no input reaches).',
   ]
-  if family == 'bert' and not run.config.objective.nsp_weight:
-    lines += ['', 'The pooler and the NSP head (`bert.pooler`, '
+  if family in ('bert', 'ernie') and not run.config.objective.nsp_weight:
+    lines += ['', f'The pooler and the NSP head (`{family}.pooler`, '
               '`cls.seq_relationship`) are as initialized: the run trained '
               'without NSP (`objective.nsp_weight=0`).']
+  if family == 'ernie':
+    lines += ['', 'Task embedding (ERNIE 2.0): pass `task_type_ids` '
+              '[batch, seq] with ids 0 to '
+              f'{run.config.model.task_type_vocab_size - 1}; without them '
+              'every token takes task 0, as bertjax\'s fine-tuning does.']
   if family == 'roberta':
     lines += ['', 'Position ids start at pad_token_id + 1 = 1, as '
               "RoBERTa's do; row 0 of the position table is unused."]
@@ -696,6 +745,8 @@ def _config_from_hf(hf: dict, family: str, generator_hf: dict | None):
     cfg.model.max_position_embeddings -= offset
     cfg.objective.nsp_weight = 0.0
     cfg.data.layout = 'full_sentences'
+  if family == 'ernie' and hf.get('use_task_id'):
+    cfg.model.task_type_vocab_size = hf['task_type_vocab_size']
   if family == 'albert':
     if hf.get('inner_group_num', 1) != 1:
       raise ConversionError(f'inner_group_num={hf["inner_group_num"]}: '
@@ -772,6 +823,22 @@ def jax_leaves(tree) -> list:
   return jax.tree.leaves(tree)
 
 
+def _run_params(cfg, vocab_size: int, imported: set[str]) -> dict:
+  """The parameters a run of ``cfg`` holds: initialised from the config's
+  seed where some are not among ``imported`` (paths as
+  ``jax.tree_util.keystr`` gives them), else only their shapes (the
+  checkpoint gives every value; compiling the init would be wasted)."""
+  task = objectives.get(cfg.objective.name).make_task(cfg, vocab_size)
+  dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
+           in pipeline.batch_spec(cfg, num_rows=1).items()}
+  init = lambda: task.init(jax.random.key(cfg.seed), dummy)
+  abstract = sharding.strip_boxes(jax.eval_shape(init))
+  if {jax.tree_util.keystr(p) for p, _ in
+      jax.tree_util.tree_flatten_with_path(abstract)[0]} <= imported:
+    return abstract
+  return sharding.strip_boxes(jax.jit(init)())
+
+
 def write_import(imported: Imported, tokenizer, out_dir: str,
                  source: str) -> str:
   """A directory that a bertjax run starts from: ``config.json`` (the
@@ -795,14 +862,9 @@ def write_import(imported: Imported, tokenizer, out_dir: str,
   cfg = config_lib.from_saved(imported.config.to_dict())
   cfg.init_from = out_dir
   cfg.data.tokenizer.model_path = os.path.join(out_dir, 'tokenizer.model')
-  task = objectives.get(cfg.objective.name).make_task(cfg,
-                                                      imported.vocab_size)
-  dummy = {k: jnp.zeros(shape, dtype) for k, (shape, dtype)
-           in pipeline.batch_spec(cfg, num_rows=1).items()}
-  fresh = sharding.strip_boxes(jax.jit(lambda: task.init(
-      jax.random.key(cfg.seed), dummy))())
   flat_imported = {jax.tree_util.keystr(p): v for p, v in
                    jax.tree_util.tree_flatten_with_path(imported.params)[0]}
+  fresh = _run_params(cfg, imported.vocab_size, set(flat_imported))
   used = set()
 
   def pick(path, leaf):

@@ -5,7 +5,9 @@ Post-LayerNorm Transformer encoder with learned positions and token types
 a factorized embedding (vocabulary embedded in E dimensions, projected to
 the model width H) and cross-layer parameter sharing (all layers, or
 groups of consecutive layers, share one set of weights), SpanBERT's span
-boundary head (Joshi et al., 2020, Sec. 3.2), and DistilBERT's student
+boundary head (Joshi et al., 2020, Sec. 3.2), ERNIE 2.0's task embedding
+(Sun et al., 2020, Sec. 3.3 and Fig. 3: a learned row per task id, added
+to the token, position and segment embeddings), and DistilBERT's student
 options (Sanh et al., 2019): no token-type embedding, no pooler or NSP
 head. Every parameter carries logical axis names and every activation is
 constrained at layer boundaries; the rules that map logical names to mesh
@@ -13,8 +15,8 @@ axes live in the experiment config, never here.
 
 Logical names. Parameters: ``vocab``, ``embed``, ``factor`` (ALBERT's
 factorized embedding width E, where it differs from the model width),
-``pos``, ``types``, ``heads``, ``kv``, ``qkv`` (the fused Q/K/V axis),
-``mlp``, ``classes``.
+``pos``, ``types`` (token types, and ERNIE's task types), ``heads``,
+``kv``, ``qkv`` (the fused Q/K/V axis), ``mlp``, ``classes``.
 Activations: ``act_batch``, ``act_len``, ``act_embed``, ``act_heads``,
 ``act_kv``, ``act_mlp``, ``act_vocab``, ``act_predictions``.
 
@@ -70,6 +72,9 @@ class BertConfig:
   max_position_embeddings: int = 512
   # Rows of the token-type table; 0 = no token-type embedding (DistilBERT).
   type_vocab_size: int = 2
+  # Rows of ERNIE 2.0's task table (task ids 0..N-1); 0 = no task
+  # embedding, and no ``task_type_ids`` input.
+  task_type_vocab_size: int = 0
   # ALBERT: embedding width E (0 = hidden_size, no projection), and the
   # number of distinct layers, each shared by consecutive layers (0 = none
   # shared; 1 = ALBERT's all-shared default). Layer i uses group
@@ -214,10 +219,12 @@ def _gelu(cfg: BertConfig, x):
 
 
 class Embeddings(nn.Module):
-  """Word + position + token-type embeddings, LayerNorm, dropout; with
-  ``cfg.factorized``, all E-wide and then projected to H (ALBERT). With
-  ``cfg.type_vocab_size`` 0 there is no token-type table and
-  ``token_type_ids`` are ignored (DistilBERT)."""
+  """Word + position + token-type (+ task-type) embeddings, LayerNorm,
+  dropout; with ``cfg.factorized``, all E-wide and then projected to H
+  (ALBERT). With ``cfg.type_vocab_size`` 0 there is no token-type table
+  and ``token_type_ids`` are ignored (DistilBERT). With
+  ``cfg.task_type_vocab_size`` > 0 a task table's row is added too (ERNIE
+  2.0; transformers' ``ErnieEmbeddings`` with ``use_task_id``)."""
   cfg: BertConfig
 
   def setup(self):
@@ -233,6 +240,10 @@ class Embeddings(nn.Module):
       self.token_type = nn.Embed(cfg.type_vocab_size, width,
                                  embedding_init=_init(cfg, ('types', axis)),
                                  param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    if cfg.task_type_vocab_size:
+      self.task_type = nn.Embed(cfg.task_type_vocab_size, width,
+                                embedding_init=_init(cfg, ('types', axis)),
+                                param_dtype=cfg.param_dtype, dtype=cfg.dtype)
     self.layer_norm = LayerNorm(cfg, axis)
     self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
     if cfg.factorized:
@@ -241,19 +252,44 @@ class Embeddings(nn.Module):
           kernel_init=_init(cfg, ('factor', 'embed')),
           bias_init=_zeros(('embed',)))
 
-  def __call__(self, input_ids, token_type_ids, deterministic: bool):
-    positions = jnp.arange(input_ids.shape[1])[None, :]
-    words = self.word(input_ids)
-    if not self.cfg.pad_row_trains:
-      words = jnp.where((input_ids == PAD_ID)[..., None],
-                        jax.lax.stop_gradient(words), words)
-    x = words + self.position(positions)
-    if self.cfg.type_vocab_size:
-      x = x + self.token_type(token_type_ids)
+  def __call__(self, input_ids, token_type_ids, deterministic: bool,
+               task_type_ids=None):
+    """[B, L, D] from int ``input_ids``, ``token_type_ids`` and (ERNIE 2.0)
+    ``task_type_ids`` [B, L] (None: task 0 everywhere)."""
+    x = self.summed(input_ids, token_type_ids, task_type_ids)
     x = self.dropout(self.layer_norm(x), deterministic=deterministic)
     if self.cfg.factorized:
       x = self.projection(x)
     return _constrain(x, 'act_batch', 'act_len', 'act_embed')
+
+  def summed(self, input_ids, token_type_ids, task_type_ids=None):
+    """The tables' rows added up, [B, L, E]: what the LayerNorm normalizes.
+
+    ``task_type_ids`` [B, L] pick rows of the task table (None: row 0, as
+    transformers' ErnieEmbeddings takes a missing input); a model without
+    that table takes none.
+    """
+    cfg = self.cfg
+    if task_type_ids is not None and not cfg.task_type_vocab_size:
+      raise ValueError('task_type_ids given to a model without a task '
+                       'embedding: set model.task_type_vocab_size > 0 '
+                       '(ERNIE 2.0), or pass no task_type_ids.')
+    positions = jnp.arange(input_ids.shape[1])[None, :]
+    words = self.word(input_ids)
+    if not cfg.pad_row_trains:
+      words = jnp.where((input_ids == PAD_ID)[..., None],
+                        jax.lax.stop_gradient(words), words)
+    x = words + self.position(positions)
+    if cfg.type_vocab_size:
+      x = x + self.token_type(token_type_ids)
+    if cfg.task_type_vocab_size:
+      if task_type_ids is None:
+        task_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
+      if task_type_ids.shape != input_ids.shape:
+        raise ValueError(f'task_type_ids {task_type_ids.shape} must be '
+                         f'shaped as input_ids {input_ids.shape}.')
+      x = x + self.task_type(task_type_ids)
+    return x
 
   def vocab_logits(self, x, bias):
     """float32 logits [..., V] of the tied decoder: ``x`` (``[..., E]``,
@@ -539,7 +575,9 @@ class BertForPreTraining(nn.Module):
   """Encoder + pooler + sparse MLM head (tied decoder) + NSP head.
 
   Inputs are ``[B, L]`` int arrays (``input_ids``, ``token_type_ids``,
-  ``attention_mask``) and ``masked_positions`` ``[B, P]``. Returns a dict:
+  ``attention_mask``; with ``cfg.task_type_vocab_size``, optionally the
+  keyword ``task_type_ids``, None = task 0) and ``masked_positions``
+  ``[B, P]``. Returns a dict:
   ``mlm_logits`` float32 [B, P, V] (only the masked positions are projected
   onto the vocabulary; rows past ``cfg.output_vocab_size`` are about
   ``PADDING_LOGIT``), ``nsp_logits`` float32 [B, 2], ``sequence_output``
@@ -578,12 +616,14 @@ class BertForPreTraining(nn.Module):
                                  (cfg.vocab_size,), cfg.param_dtype)
 
   def encode(self, input_ids, token_type_ids, attention_mask,
-             deterministic: bool = True):
-    """Sequence output [B, L, D]. Applied with
+             deterministic: bool = True, task_type_ids=None):
+    """Sequence output [B, L, D] (``task_type_ids`` [B, L]: ERNIE 2.0's task
+    of each token, None = task 0). Applied with
     ``mutable=['intermediates']``, also records every hidden state
     (``hidden_states``: the embeddings' output, then each layer's) and each
     layer's attention scores (``attention_scores``; SelfAttention)."""
-    x = self.embeddings(input_ids, token_type_ids, deterministic)
+    x = self.embeddings(input_ids, token_type_ids, deterministic,
+                        task_type_ids)
     record = self.is_mutable_collection('intermediates')
     states = run_layers(self.cfg, self.layers, x, input_ids, attention_mask,
                         deterministic, all_layers=record)
@@ -595,8 +635,9 @@ class BertForPreTraining(nn.Module):
 
   def __call__(self, input_ids, token_type_ids, attention_mask,
                masked_positions, masked_unit_start=None,
-               deterministic: bool = True):
-    x = self.encode(input_ids, token_type_ids, attention_mask, deterministic)
+               deterministic: bool = True, task_type_ids=None):
+    x = self.encode(input_ids, token_type_ids, attention_mask, deterministic,
+                    task_type_ids)
     # Sparse head: gather the P masked positions before the V projection.
     h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
     h = _constrain(h, 'act_batch', 'act_predictions', 'act_embed')

@@ -35,6 +35,8 @@ def section() -> ml_collections.ConfigDict:
                             # --pair-positional-embedding-size, 200).
   m.max_position_embeddings = 512
   m.type_vocab_size = 2
+  m.task_type_vocab_size = 0  # ERNIE 2.0's task embedding: rows (task ids
+                            # 0..N-1) added to the input; 0 = none.
   m.hidden_dropout_rate = 0.1
   m.attention_dropout_rate = 0.1
   m.layer_norm_epsilon = 1e-12  # BERT's; fairseq's RoBERTa uses 1e-5.
@@ -91,6 +93,9 @@ def check(m, errors: list[str]) -> None:
   _check(m.type_vocab_size >= 0, 'model.type_vocab_size='
          f'{m.type_vocab_size} must be >= 0 (0 = no token-type embedding; '
          'BERT uses 2).', errors)
+  _check(m.task_type_vocab_size >= 0, 'model.task_type_vocab_size='
+         f'{m.task_type_vocab_size} must be >= 0 (0 = no task embedding; '
+         'ERNIE 2.0 has one row per task).', errors)
   _check(m.layer_norm_epsilon > 0, 'model.layer_norm_epsilon='
          f'{m.layer_norm_epsilon} must be > 0 (BERT uses 1e-12, RoBERTa '
          '1e-5).', errors)
@@ -149,6 +154,7 @@ def encoder_config(m, vocab_size: int, sbo_positions: int = 0
       real_vocab_size=vocab_size,
       max_position_embeddings=m.max_position_embeddings,
       type_vocab_size=m.type_vocab_size,
+      task_type_vocab_size=m.task_type_vocab_size,
       embedding_size=m.embedding_size, num_layer_groups=m.num_layer_groups,
       sbo_positions=sbo_positions, sbo_position_width=m.sbo_position_width,
       hidden_dropout_rate=m.hidden_dropout_rate,

@@ -33,6 +33,7 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 
 from bertjax.models import bert as bert_lib
@@ -67,6 +68,19 @@ def model_inputs(batch: dict) -> tuple:
   return (batch['input_ids'], batch['token_type_ids'],
           batch['attention_mask'], batch['masked_positions'],
           batch['masked_unit_start'])
+
+
+def model_kwargs(batch: dict) -> dict:
+  """The pretraining model's keyword inputs, from a pipeline batch:
+  ``task_type_ids`` int [B, L] (ERNIE 2.0's task embedding) when the batch
+  has them, a [B] task id per row spread over the row; else none (the
+  model then takes task 0, if it has a task table)."""
+  if 'task_type_ids' not in batch:
+    return {}
+  ids = batch['task_type_ids']
+  if ids.ndim == 1:
+    ids = jnp.broadcast_to(ids[:, None], batch['input_ids'].shape)
+  return {'task_type_ids': ids}
 
 
 def _no_checks(cfg, errors: list[str]) -> None:
