@@ -21,10 +21,11 @@ import math
 from typing import Callable
 
 from bertjax.models import bert as bert_lib
+from data_pipelines import continual as continual_lib
 
 # Layouts of [CLS] A [SEP] B [SEP] pairs with a pair label
 # (data_pipelines.instances).
-_PAIR_LAYOUTS = ('nsp', 'sop')
+_PAIR_LAYOUTS = ('nsp', 'sop', 'sentence_distance', 'discourse')
 _PAIR_TASKS = {'nsp': 'next-sentence', 'sop': 'sentence-order'}
 # ALBERT's repo (run_pretraining.py flags) masks at most 20 tokens in its
 # 512-token SOP rows: a paper's setting, so not a trap.
@@ -45,7 +46,8 @@ def _hidden_size(m) -> int | None:
 def _pairs_without_pair_loss(cfg) -> str | None:
   """RoBERTa and SpanBERT drop NSP by changing the data, not the weight."""
   layout = cfg.data.layout
-  if layout not in _PAIR_LAYOUTS or cfg.objective.nsp_weight:
+  # The ERNIE 2.0 layouts' labels are their tasks' (tasks.*), not NSP's.
+  if layout not in _PAIR_TASKS or cfg.objective.nsp_weight:
     return None
   return (f'data.layout={layout!r} builds sentence pairs with '
           f'{_PAIR_TASKS[layout]} labels, but objective.nsp_weight='
@@ -268,10 +270,13 @@ def _no_loss(cfg) -> str | None:
                                         'sbo_weight') if name in o}
   if any(weights.values()):
     return None
+  # The tasks beyond masking train alone (objectives/auxiliary.py).
+  if cfg.objective.name == 'bert' and continual_lib.run_tasks(cfg):
+    return None
   named = ' and '.join(f'objective.{name}={value}'
                        for name, value in weights.items())
   return (f'{named}: the loss is 0, so nothing is trained. Set '
-          'objective.mlm_weight=1.0.')
+          'objective.mlm_weight=1.0, or a task of tasks.* weight > 0.')
 
 
 def _tinybert_stage_without_loss(cfg) -> str | None:

@@ -22,6 +22,7 @@ from bertjax import optim
 from bertjax import sharding as sharding_lib
 from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
+from bertjax.objectives import auxiliary
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import instances as instances_lib
 from data_pipelines import masking as masking_lib
@@ -126,6 +127,12 @@ def base_config() -> ml_collections.ConfigDict:
   for name, objective in objectives.sections().items():
     c[name] = objective.defaults()
 
+  # Self-supervised tasks beyond masking (data_pipelines/tasks/), each by
+  # weight with its own knobs; and ERNIE 2.0's continual multi-task
+  # schedule over streams of them (data_pipelines/continual.py).
+  c.tasks = auxiliary.defaults()
+  c.continual = auxiliary.continual_defaults()
+
   c.data = _data_section()
   c.masking = _masking_section()
   c.optimizer = _optimizer_section()
@@ -156,6 +163,8 @@ def _data_section() -> ml_collections.ConfigDict:
   d.tokenizer.model_path = ''    # '' = train one on the corpus.
   d.tokenizer.vocab_size = 30522
   d.tokenizer.model_type = 'unigram'
+  d.tokenizer.lowercase = False   # True: case-folded input (nmt_nfkc_cf),
+                                  # as capitalization prediction needs.
   d.tokenizer.max_sentences = 2_000_000  # A seeded uniform sample of the
                                   # corpus's sentences (all, if fewer).
   d.tokenizer.sample_seed = 0     # Draws that sample.
@@ -460,6 +469,14 @@ def _check_types(cfg, default, prefix: str, errors: list[str],
           # Missing or extra fields are _check_corpus's to report.
           _check_types(value[component], corpus_config(),
                        f'{name}.{component}.', errors, known_only=True)
+    elif name == 'continual.streams':   # Named stream sections.
+      for stream in value:
+        if isinstance(value[stream], ml_collections.ConfigDict):
+          _check_types(value[stream], auxiliary.stream_defaults(),
+                       f'{name}.{stream}.', errors)
+        else:
+          errors.append(f'{name}.{stream}={value[stream]!r}; use a section '
+                        'built by objectives.auxiliary.stream_defaults().')
     elif isinstance(want, ml_collections.ConfigDict):
       _check_types(value, want, f'{name}.', errors, known_only)
     elif isinstance(want, tuple):
@@ -488,6 +505,7 @@ def validate(cfg) -> None:
   _check_data(cfg.data, errors)
   _check_masking(cfg.masking, errors)
   _check_objective(cfg, errors)
+  auxiliary.check(cfg, errors)
   _check_optimizer(cfg.optimizer, cfg.total_steps, errors)
   _check_divergence(cfg.divergence, errors)
   _check_sharding(cfg.sharding, errors)

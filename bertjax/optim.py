@@ -54,7 +54,7 @@ OPTIMIZERS = ('bert_adamw', 'adamw', 'fairseq_adam', 'lamb')
 # parameter).
 GRAD_CLIPS = ('global', 'per_tensor')
 DECAY_MASKS = ('bert', 'all')
-SCHEDULES = ('bert_linear', 'warmup_linear', 'electra', 'spanbert')
+SCHEDULES = ('bert_linear', 'warmup_linear', 'electra', 'spanbert', 'noam')
 
 
 def bert_schedule(peak_learning_rate: float, warmup_steps: int,
@@ -109,6 +109,22 @@ def spanbert_schedule(peak_learning_rate: float, warmup_steps: int,
     decay = peak_learning_rate * jnp.maximum(0.0, 1.0 - t / total_steps)
     lr = jnp.where(t <= warmup_steps, warmup, decay)
     return jnp.where(t == 0, peak_learning_rate, lr)
+  return schedule
+
+
+def noam_schedule(peak_learning_rate: float, warmup_steps: int,
+                  total_steps: int) -> optax.Schedule:
+  """ERNIE's ``noam_decay`` (PaddlePaddle/ERNIE optimization.py, which
+  calls Paddle's ``noam_decay(1 / (W * peak**2), W)``): update ``t``
+  (Paddle counts from 1) at ``peak * min(n / W, sqrt(W / n))``, ``n = t +
+  1``: linear warmup to the peak at W, then inverse square root decay;
+  ``total_steps`` is not used (the decay has no end)."""
+  del total_steps
+  w = max(warmup_steps, 1)
+
+  def schedule(t):
+    n = jnp.asarray(t, jnp.float32) + 1.0
+    return peak_learning_rate * jnp.minimum(n / w, jnp.sqrt(w / n))
   return schedule
 
 
@@ -233,6 +249,8 @@ def make_schedule(cfg) -> optax.Schedule:
     return electra_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
   if o.schedule == 'spanbert':
     return spanbert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
+  if o.schedule == 'noam':
+    return noam_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
   return bert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
 
 

@@ -306,11 +306,11 @@ def input_pipeline(cfg, saved_meta: dict | None, workdir: str,
   train_iter = iter(pipeline.train_dataset(prepared, cfg, rows))
   eval_batches = pipeline.eval_batches(prepared, cfg, rows)
   masking_cfg = pipeline.masking_config(cfg, prepared)
-  if cfg.masking.audit_tolerance:  # Fail fast, before compiling.
-    masking_lib.audit(
-        masking_lib.summarize_statistics(
-            sum(b[pipeline.STATISTICS] for b in eval_batches)),
-        masking_cfg, cfg.masking.audit_tolerance, 'on the eval batches')
+  counts = sum(b[pipeline.STATISTICS] for b in eval_batches)
+  # Fail fast, before compiling; a run without MLM has nothing to audit.
+  if cfg.masking.audit_tolerance and np.any(counts):
+    masking_lib.audit(masking_lib.summarize_statistics(counts), masking_cfg,
+                      cfg.masking.audit_tolerance, 'on the eval batches')
   return InputData(tokenizer, prepared, train_iter, eval_batches,
                    pipeline.batch_spec(cfg), masking_cfg, data_skipped)
 
@@ -333,7 +333,7 @@ def warn_if_data_format_changed(saved_meta: dict | None,
   of the format it was trained on: say so when that format has changed
   (the records are the same, their order or indices are not)."""
   saved = (saved_meta or {}).get('data_format', 'before 2.0.0')
-  if saved_meta and saved != pretokenize.FORMAT_VERSION:
+  if saved_meta and saved not in pretokenize.SAME_BATCHES_FORMATS:
     say(f'warning: the checkpoints in {workdir!r} were trained on '
         f'pre-tokenized data of format {saved}; this bertjax prepares format '
         f'{pretokenize.FORMAT_VERSION}, whose documents are the same but in '
@@ -764,12 +764,15 @@ class TrainLoop:
     if self._peak:
       timing['mfu'] = timing['tflops_per_second'] * 1e12 / (
           self._peak * self._place.mesh.size)
-    # Masking telemetry of the logged step's batch (like the metrics).
-    masking_summary = masking_lib.summarize_statistics(entry['statistics'])
-    if self._cfg.masking.audit_tolerance:
-      masking_lib.audit(masking_summary, self._data.masking_cfg,
-                        self._cfg.masking.audit_tolerance, f'at step {step}')
-    summary.update(masking_summary)
+    # Masking telemetry of the logged step's batch (like the metrics); none
+    # for a batch that is not masked (a task beyond masking alone).
+    if np.any(entry['statistics']):
+      masking_summary = masking_lib.summarize_statistics(entry['statistics'])
+      if self._cfg.masking.audit_tolerance:
+        masking_lib.audit(masking_summary, self._data.masking_cfg,
+                          self._cfg.masking.audit_tolerance,
+                          f'at step {step}')
+      summary.update(masking_summary)
     summary.update(entry['eval'])
     summary.update(self._data.data_skipped)
     self.writer.write(step, summary, timing)
@@ -794,8 +797,15 @@ class TrainLoop:
 def final_evaluation(loop: TrainLoop, params, data: InputData) -> dict:
   """``loop.evaluate(params)`` and ``baseline_mlm_accuracy``: always
   predicting the training data's most frequent token at the same masked
-  positions. Prints both and closes the metric writer."""
+  positions. Prints both (a run without MLM: its tasks' accuracies) and
+  closes the metric writer."""
   final = loop.evaluate(params)
+  if 'eval_mlm_accuracy' not in final:   # No MLM: the tasks' own figures.
+    loop.writer.message('final held-out ' + ', '.join(
+        f'{k[len("eval_"):]} {v:.4f}' for k, v in sorted(final.items())
+        if k.endswith('_accuracy')))
+    loop.writer.close()
+    return final
   token = most_frequent_token(data.prepared.train_unigram_counts)
   final['baseline_mlm_accuracy'] = baseline_accuracy(
       [loop.to_global(b) for b in data.eval_batches], token)

@@ -22,10 +22,13 @@ from absl import flags
 import grain
 import numpy as np
 
+from data_pipelines import continual as continual_lib
+from data_pipelines import discourse as discourse_lib
 from data_pipelines import instances as instances_lib
 from data_pipelines import masking as masking_lib
 from data_pipelines import mixture as mixture_lib
 from data_pipelines import pretokenize
+from data_pipelines import tasks as tasks_lib
 
 # What the model sees; the rest stays on the host.
 MODEL_FEATURES = ('input_ids', 'token_type_ids', 'attention_mask',
@@ -39,25 +42,91 @@ Prepared = pretokenize.PreparedData | mixture_lib.MixturePrepared
 
 @dataclasses.dataclass(frozen=True)
 class _MaskAndPack(grain.transforms.Map):
-  """Masks a batch and renames/filters its fields for the model."""
+  """Builds a batch's tasks, masks it, and keeps the fields the model reads.
+
+  The stream's ``tasks`` (data_pipelines/tasks/: the corrupting one first,
+  so that masking sees the sequence it made) run before masking; with
+  ``mlm`` False the batch is not masked (its MLM slots are empty). Fields of
+  the run's other tasks (``all_tasks``: those of other streams, as
+  ``tasks.batch_fields`` gives them) are zeros with ``<task>_present`` 0; ``task_id`` >= 0 adds ``task_type_ids`` (ERNIE
+  2.0's task embedding).
+  """
   config: masking_lib.MaskingConfig
   seed: int
+  tasks: tuple = ()              # ((name, params), ...) this stream builds.
+  all_tasks: tuple = ()          # ((name, {field: (shape, dtype)}), ...).
+  mlm: bool = True
+  task_id: int = -1
 
   def map(self, batch):
     batch = dict(batch)
     batch['next_sentence_labels'] = batch.pop('next_sentence_label')
-    batch = masking_lib.mask_batch(batch, self.config, self.seed)
+    for name, params in sorted(self.tasks,
+                               key=lambda t: not tasks_lib.get(t[0]).corrupts):
+      apply = tasks_lib.get(name).apply
+      if apply is not None:
+        batch = apply(batch, params, self.seed)
+    if self.mlm:
+      batch = masking_lib.mask_batch(batch, self.config, self.seed)
+    else:
+      batch.update(_no_predictions(batch['input_ids'].shape[0],
+                                   self.config.max_predictions_per_seq))
     out = {k: batch[k] for k in MODEL_FEATURES}
+    out.update(_task_fields(batch, dict(self.tasks), self.all_tasks))
+    if self.task_id >= 0:
+      out['task_type_ids'] = np.full(batch['input_ids'].shape,
+                                     self.task_id, np.int32)
     # Host-side telemetry; the trainer pops it before the batch goes to
-    # the devices.
-    out[STATISTICS] = masking_lib.statistics(batch)
+    # the devices. A batch that is not masked counts nothing.
+    out[STATISTICS] = (masking_lib.statistics(batch) if self.mlm else
+                       np.zeros(masking_lib.NUM_STATISTICS))
     return out
 
 
-def instance_config(cfg) -> instances_lib.InstanceConfig:
+def _task_fields(batch: dict, built, all_tasks) -> dict:
+  """The fields of every task of the run: the batch's own for the tasks
+  ``built``, zeros for the others; and each one's ``<task>_present``."""
+  rows = batch['input_ids'].shape[0]
+  out = {}
+  for name, fields in all_tasks:
+    present = tasks_lib.present_field(name)
+    for field, (shape, dtype) in fields.items():
+      if field != present:
+        out[field] = (batch[field] if name in built else
+                      np.zeros((rows,) + tuple(shape), dtype))
+    out[present] = np.full(rows, float(name in built), np.float32)
+  return out
+
+
+def _no_predictions(rows: int, slots: int) -> dict:
+  """Empty MLM slots: a batch of a stream without masked LM."""
+  zeros = np.zeros((rows, slots), np.int32)
+  return {'masked_positions': zeros, 'masked_ids': zeros,
+          'masked_weights': np.zeros((rows, slots), np.float32),
+          'masked_unit_start': zeros,
+          'masked_corruption': np.full((rows, slots),
+                                       masking_lib.CORRUPT_KEEP, np.int8)}
+
+
+def instance_config(cfg, layout: str = '', task_names=(), tokenizer=None
+                    ) -> instances_lib.InstanceConfig:
+  """The instance builder's settings for a stream of ``layout`` ('' =
+  ``data.layout``) whose tasks are ``task_names``; ``tokenizer`` spells
+  the discourse markers of the ``discourse`` layout."""
+  layout = layout or cfg.data.layout
+  extra = {flag: True for name in task_names
+           for flag in tasks_lib.get(name).instance_flags}
+  if layout == 'sentence_distance':
+    extra['distance_probabilities'] = tuple(
+        cfg.tasks.sentence_distance.probabilities)
+  if layout == 'discourse':
+    path = cfg.tasks.discourse_relation.markers_path
+    extra['discourse_markers'] = discourse_lib.discourse_marker_ids(
+        tokenizer, path)[0]
+    extra['discourse_markers_path'] = path
   return instances_lib.InstanceConfig(
-      layout=cfg.data.layout, max_seq_length=cfg.data.max_seq_length,
-      short_seq_prob=cfg.data.short_seq_prob)
+      layout=layout, max_seq_length=cfg.data.max_seq_length,
+      short_seq_prob=cfg.data.short_seq_prob, **extra)
 
 
 def masking_config(cfg, prepared: Prepared) -> masking_lib.MaskingConfig:
@@ -67,42 +136,82 @@ def masking_config(cfg, prepared: Prepared) -> masking_lib.MaskingConfig:
 
 
 def _instances(prepared: pretokenize.PreparedData, cfg, split: str,
+               spec: continual_lib.StreamSpec | None = None,
                **kwargs) -> instances_lib.InstanceDataset:
   source = prepared.train_source if split == 'train' else prepared.eval_source
   index = prepared.train_index if split == 'train' else prepared.eval_index
-  builder = instances_lib.InstanceBuilder(source, index, instance_config(cfg),
-                                          cfg.seed)
+  config = (instance_config(cfg, tokenizer=prepared.tokenizer)
+            if spec is None else
+            instance_config(cfg, spec.layout, spec.tasks, prepared.tokenizer))
+  builder = instances_lib.InstanceBuilder(source, index, config, cfg.seed)
   return instances_lib.InstanceDataset(
       builder, seed=cfg.seed, dupe_factor=cfg.data.dupe_factor,
       dynamic=cfg.masking.dynamic, **kwargs)
 
 
 def split_instances(prepared: Prepared, cfg, split: str,
-                    num_epochs: int | None = None):
-  """The instances of ``split`` ('train' or 'eval').
+                    num_epochs: int | None = None,
+                    spec: continual_lib.StreamSpec | None = None):
+  """The instances of ``split`` ('train' or 'eval') for stream ``spec``
+  (None: the run's only one).
 
   For one corpus, its ``InstanceDataset`` (``num_epochs`` of it; None =
   endless). For a mixture, the ``MixedInstances`` of the components'
   endless datasets of that split, whatever ``num_epochs``: a mixture has no
   epochs.
   """
+  spec = spec or continual_lib.streams(cfg)[0]
   if isinstance(prepared, mixture_lib.MixturePrepared):
     return mixture_lib.MixedInstances(
-        [_instances(p, cfg, split) for p in prepared.components],
+        [_instances(p, cfg, split, spec) for p in prepared.components],
         prepared.probabilities, cfg.seed)
-  return _instances(prepared, cfg, split, num_epochs=num_epochs)
+  return _instances(prepared, cfg, split, spec, num_epochs=num_epochs)
+
+
+def _mask_and_pack(prepared: Prepared, cfg,
+                   spec: continual_lib.StreamSpec) -> _MaskAndPack:
+  """Stream ``spec``'s tasks and masking, with every field of the run."""
+  vocab_size = prepared.tokenizer.vocab_size
+  all_tasks = tasks_lib.batch_fields(cfg, continual_lib.run_tasks(cfg))
+  return _MaskAndPack(
+      masking_config(cfg, prepared), cfg.seed,
+      tasks=tuple((n, tasks_lib.run_params(cfg, n, vocab_size))
+                  for n in spec.tasks),
+      all_tasks=tuple(sorted(all_tasks.items())), mlm=spec.mlm,
+      task_id=spec.task_id)
+
+
+def _stream_batches(prepared: Prepared, cfg, spec, split: str, rows,
+                    num_batches: int | None = None):
+  """Stream ``spec``'s batches of ``split``, built, masked and packed."""
+  ds = split_instances(prepared, cfg, split,
+                       None if num_batches is None else 1, spec)
+  if num_batches is not None:
+    num_batches = min(num_batches, len(ds) // cfg.batch_size)
+    if num_batches == 0:
+      raise pretokenize.DataError(
+          f'the eval split has {len(ds)} instances of stream {spec.name!r} '
+          f'(data.layout={spec.layout!r}), fewer than one batch of '
+          f'{cfg.batch_size}; raise data.eval_fraction or lower batch_size.')
+  ds = instances_lib.InstanceBatches(ds, cfg.batch_size, rows, num_batches)
+  return ds.map(_mask_and_pack(prepared, cfg, spec))
 
 
 def train_dataset(prepared: Prepared, cfg, rows: np.ndarray | None = None
                   ) -> grain.IterDataset:
-  """The endless training stream of this host's masked batches.
+  """The endless training stream of this host's masked batches (for a
+  continual run, the streams' batches in the schedule's order).
 
   ``rows``: the rows of each global batch this host reads (sorted); None =
   all of them.
   """
-  ds = instances_lib.InstanceBatches(
-      split_instances(prepared, cfg, 'train'), cfg.batch_size, rows)
-  ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
+  specs = continual_lib.streams(cfg)
+  if continual_lib.is_continual(cfg):
+    ds = continual_lib.ScheduledBatches(
+        [_stream_batches(prepared, cfg, s, 'train', rows) for s in specs],
+        continual_lib.Schedule(cfg.continual.stage_steps, specs, cfg.seed))
+  else:
+    ds = _stream_batches(prepared, cfg, specs[0], 'train', rows)
   ds = ds.to_iter_dataset(grain.ReadOptions(
       num_threads=cfg.data.num_threads,
       prefetch_buffer_size=cfg.data.prefetch_batches))
@@ -125,18 +234,22 @@ def eval_batches(prepared: Prepared, cfg, rows: np.ndarray | None = None
 
   At most ``eval.num_batches`` global batches; fewer when the split is small.
   For a mixture: the first ``eval.num_batches`` global batches of the
-  mixture of the components' (endless) eval splits.
+  mixture of the components' (endless) eval splits. For a continual run,
+  those of each stream in turn, so each task is measured on its own. Each
+  task's ``check_data`` runs on its stream's batches (before anything is
+  compiled).
   """
-  ds = split_instances(prepared, cfg, 'eval', num_epochs=1)
-  batch = cfg.batch_size
-  num_batches = min(cfg.eval.num_batches, len(ds) // batch)
-  if num_batches == 0:
-    raise pretokenize.DataError(
-        f'the eval split has {len(ds)} instances, fewer than one batch of '
-        f'{batch}; raise data.eval_fraction or lower batch_size.')
-  ds = instances_lib.InstanceBatches(ds, batch, rows, num_batches)
-  ds = ds.map(_MaskAndPack(masking_config(cfg, prepared), cfg.seed))
-  return [ds[i] for i in range(len(ds))]
+  out = []
+  for spec in continual_lib.streams(cfg):
+    ds = _stream_batches(prepared, cfg, spec, 'eval', rows,
+                         cfg.eval.num_batches)
+    batches = [ds[i] for i in range(len(ds))]
+    for name in spec.tasks:   # Data that cannot teach a task fails here.
+      check_data = tasks_lib.get(name).check_data
+      if check_data is not None:
+        check_data(batches)
+    out.extend(batches)
+  return out
 
 
 def batch_spec(cfg, num_rows: int | None = None) -> dict:
@@ -144,7 +257,7 @@ def batch_spec(cfg, num_rows: int | None = None) -> dict:
   batch), without reading any data."""
   b = cfg.batch_size if num_rows is None else num_rows
   l, p = cfg.data.max_seq_length, cfg.masking.max_predictions_per_seq
-  return {
+  spec = {
       'input_ids': ((b, l), np.int32), 'token_type_ids': ((b, l), np.int32),
       'attention_mask': ((b, l), np.int32),
       'masked_positions': ((b, p), np.int32),
@@ -153,3 +266,10 @@ def batch_spec(cfg, num_rows: int | None = None) -> dict:
       'masked_unit_start': ((b, p), np.int32),
       'next_sentence_labels': ((b,), np.int32),
   }
+  for fields in tasks_lib.batch_fields(
+      cfg, continual_lib.run_tasks(cfg)).values():
+    spec.update({k: ((b,) + tuple(shape), dtype)
+                 for k, (shape, dtype) in fields.items()})
+  if continual_lib.is_continual(cfg):
+    spec['task_type_ids'] = ((b, l), np.int32)
+  return spec

@@ -84,6 +84,7 @@ from bertjax.runtime import metric_writers  # pylint: disable=g-import-not-at-to
 from bertjax import objectives  # pylint: disable=g-import-not-at-top
 from bertjax import storage  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
+from data_pipelines import continual as continual_lib  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
 SCRATCH = 'scratch'
@@ -204,11 +205,14 @@ def budget_steps(cfg, kind: str, amount: float,
 
 def rescale_schedule(cfg, steps: int) -> None:
   """Sets the schedule's length to ``steps``, keeping the preset's warmup
-  fraction (a paper's 10k warmup of 1M steps stays 1%)."""
+  fraction (a paper's 10k warmup of 1M steps stays 1%) and a continual
+  run's stage fractions."""
   fraction = cfg.optimizer.warmup_steps / max(cfg.total_steps, 1)
+  stages = continual_lib.scaled_stages(cfg.continual.stage_steps, steps)
   cfg.total_steps = steps
   cfg.num_train_steps = 0
   cfg.optimizer.warmup_steps = max(1, round(fraction * steps))
+  cfg.continual.stage_steps = stages
 
 
 def _flops_per_token(cfg) -> float:

@@ -19,6 +19,7 @@ import ml_collections
 import pytest
 
 from bertjax import config_lib
+from bertjax.objectives import auxiliary
 import preset_helpers
 
 # Paths that exist: validate checks only that a directory or file is there.
@@ -47,6 +48,32 @@ _SPAN_BOUNDARY = {'objective.sbo_weight': 1.0}
 # divide.
 _ODD_GENERATOR = dict(_ELECTRA, **{'model.hidden_size': 258})
 
+
+def _on(task: str, layout: str = '') -> dict:
+  """Task ``task`` on (its knobs are checked only then), on the ``layout``
+  it needs ('' = the demo's), NSP off there (the task labels the pair, or
+  there is no pair)."""
+  if not layout:
+    return {f'tasks.{task}.weight': 1.0}
+  return {'data.layout': layout, 'objective.nsp_weight': 0.0,
+          f'tasks.{task}.weight': 1.0}
+
+
+def _stream(**fields) -> ml_collections.ConfigDict:
+  s = auxiliary.stream_defaults()
+  s.update(fields)
+  return s
+
+
+# Two streams: masked LM from stage 0, sentence reordering joining at 1.
+_STREAMS = {'mlm': _stream(),
+            'reorder': _stream(tasks=('sentence_reordering',), mlm=False,
+                               layout='full_sentences', first_stage=1)}
+_CONTINUAL = {'tasks.sentence_reordering.weight': 1.0,
+              'continual.stage_steps': (600, 600),
+              'continual.streams': _STREAMS,
+              'model.task_type_vocab_size': 2}
+
 # demo_config(): tiny (2 layers, width 128, 2 heads), 128 positions and
 # tokens, layout 'nsp', batch 32, 1200 steps, 100 warmup steps.
 INVALID = {
@@ -67,6 +94,7 @@ INVALID = {
     'model.sbo_position_width': [-1],
     'model.max_position_embeddings': [0, 64],
     'model.type_vocab_size': [-1, 1],   # 1: segment B has type 1.
+    'model.task_type_vocab_size': [-1, _With(1, _CONTINUAL)],   # 2 streams.
     'model.hidden_dropout_rate': [-0.1, 1.0],
     'model.attention_dropout_rate': [-0.1, 1.0],
     'model.layer_norm_epsilon': [0.0, -1e-12],
@@ -184,6 +212,46 @@ INVALID = {
     'sharding.rules': [(('embed', 'model'),), (('embed',),),
                        (('embed', ('fsdp', 1)),)],
     'eval.num_batches': [0],
+    'tasks.token_deletion.weight': [-1.0],
+    'tasks.token_deletion.rate': [_With(0.0, _on('token_deletion')),
+                                  _With(1.5, _on('token_deletion'))],
+    'tasks.token_insertion.weight': [-1.0],
+    'tasks.token_insertion.rate': [_With(0.0, _on('token_insertion')),
+                                   _With(1.5, _on('token_insertion'))],
+    'tasks.token_replacement.weight': [-1.0],
+    'tasks.token_replacement.rate': [_With(0.0, _on('token_replacement')),
+                                     _With(1.5, _on('token_replacement'))],
+    'tasks.token_shuffle.weight': [-1.0],
+    'tasks.token_shuffle.rate': [_With(0.0, _on('token_shuffle')),
+                                 _With(1.5, _on('token_shuffle'))],
+    'tasks.sentence_permutation.weight': [-1.0],
+    'tasks.sentence_permutation.rate': [
+        _With(0.0, _on('sentence_permutation')),
+        _With(1.5, _on('sentence_permutation'))],
+    'tasks.sentence_permutation.max_sentences': [
+        _With(1, _on('sentence_permutation'))],
+    'tasks.document_rotation.weight': [-1.0],
+    'tasks.document_rotation.rate': [
+        _With(0.0, _on('document_rotation', 'full_sentences')),
+        _With(1.5, _on('document_rotation', 'full_sentences'))],
+    'tasks.sentence_reordering.weight': [-1.0],
+    'tasks.sentence_reordering.m': [
+        _With(0, _on('sentence_reordering', 'full_sentences')),
+        _With(8, _on('sentence_reordering', 'full_sentences'))],
+    'tasks.sentence_distance.weight': [-1.0],
+    'tasks.sentence_distance.probabilities': [
+        _With(p, _on('sentence_distance', 'sentence_distance'))
+        for p in [(0.5, 0.5), (0.5, 0.5, 0.5), (0.5, 0.6, -0.1)]],
+    'tasks.discourse_relation.weight': [-1.0],
+    'tasks.discourse_relation.markers_path': [
+        _With('/no/such/markers', _on('discourse_relation', 'discourse'))],
+    # 1.0: the input would show the case the task predicts (lowercase off).
+    'tasks.capitalization.weight': [-1.0, 1.0],
+    'tasks.token_document.weight': [-1.0],
+    'continual.stage_steps': [(600, 600),   # No streams.
+                              _With((600, 500), _CONTINUAL),   # Sum 1100.
+                              _With((1200, 0), _CONTINUAL)],
+    'continual.streams': [{'mlm': _stream()}],   # No stage_steps.
     'divergence.policy': ['warn'],
     'divergence.halt_after': [0],
     'divergence.spike_factor': [-1.0, 0.5],
@@ -200,6 +268,8 @@ ANY_VALUE = (
     'data.corpus.tfds_data_dir',
     # Both are valid (config_check warns about static masks made once).
     'masking.dynamic',
+    # Both are valid: case-folded input (the capitalization task's) or not.
+    'data.tokenizer.lowercase',
     # One projection (the code's) or two (the paper's).
     'tinybert.share_projection',
 )
@@ -367,11 +437,15 @@ PRESETS = {
     'compare_small': ['objective=bert', 'objective=roberta',
                       'objective=spanbert', 'objective=albert',
                       'objective=electra'],
+    'ernie2': ['size=base', 'size=large', 'size=demo'],
+    'beyond_masking': [f'arm={arm}' for arm in
+                       preset_helpers.load_module('beyond_masking').ARMS],
 }
 # What a preset needs from outside the repo.
 _NEEDS = {
     'mixture': {'data.mixture.files.path': _FILE},
     'ernie': {'data.gazetteer_path': _FILE},
+    'ernie2': {'data.gazetteer_path': _FILE},
     'distilbert': {'distillation.teacher_workdir': _DIR},
     'tinybert': {'tinybert.teacher_workdir': _DIR},
 }

@@ -27,6 +27,18 @@ def test_bert_schedule_matches_formula(t):
   np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
 
 
+@pytest.mark.parametrize('t', [0, 1, 8, 9, 10, 39, 399])
+def test_noam_schedule_matches_paddles_noam_decay(t):
+  # Paddle's noam_decay(d, W) at step n = t + 1: d**-0.5 * min(n**-0.5,
+  # n * W**-1.5), with ERNIE's d = 1 / (W * peak**2).
+  peak, w = 5e-5, 10
+  n = t + 1
+  d = 1 / (w * peak**2)
+  expected = d**-0.5 * min(n**-0.5, n * w**-1.5)
+  got = float(optim.noam_schedule(peak, w, 1000)(t))
+  np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
 def test_schedule_drops_at_end_of_warmup():
   # Decay is measured from step 0: lr(W) = peak * (1 - W / T) < peak.
   s = optim.bert_schedule(1e-4, 10, 100)
