@@ -17,14 +17,16 @@ batch 32, BERT's optimizer at peak lr 1e-3) and fine-tuned as it is
 - ``ernie2``: all of ERNIE 2.0's streams under its continual schedule
   (experiments/configs/ernie2.py) at this scale.
 
-Every arm gets the same pretraining FLOPs (``--budget=flops:...``: the
-MLM arm's 6000 steps, compare_small.py's budget, where pretraining pays
-off on this task) and the same fine-tuning, under the same seeds, against
-the scratch control of its architecture:
+Every arm gets the same pretraining FLOPs (``--budget=flops:7.3807e13``: the
+MLM arm's 6000 steps of 32 x 128 tokens at 3.0M FLOPs per token,
+compare_small.py's budget, where pretraining pays off on this task; a task
+alone, with no MLM head, gets more steps: token_deletion 6,542) and the
+same fine-tuning, under the same seeds, against the scratch control of
+its architecture:
 
   python experiments/compare.py --out=runs/beyond_masking \
       --results=experiments/results/beyond_masking --seeds=3 \
-      --budget=flops:3.1e13 --control_repeats=4 --baseline=mlm \
+      --budget=flops:7.3807e13 --control_repeats=4 --baseline=mlm \
       --finetune=experiments/configs/beyond_masking.py:arm=finetune \
       --finetune_lrs=3e-4,1e-3 \
       $(python experiments/configs/beyond_masking.py --runs)
