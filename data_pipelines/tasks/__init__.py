@@ -38,6 +38,7 @@ from data_pipelines.tasks.base import params_of
 from data_pipelines.tasks.base import present_field
 from data_pipelines.tasks.base import register
 from data_pipelines.tasks.base import run_params
+from data_pipelines.tasks.base import token_task
 from data_pipelines.tasks.base import token_weights
 
 for _module in pkgutil.iter_modules(__path__):
@@ -45,4 +46,4 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = ('HEADS', 'HostTask', 'batch_fields', 'enabled', 'get', 'names',
            'params_of', 'present_field', 'register', 'run_params',
-           'token_weights')
+           'token_task', 'token_weights')

@@ -73,6 +73,29 @@ class HostTask:
                        f'{HEADS}.')
 
 
+def _two_classes(params: dict, max_seq_length: int) -> int:
+  del params, max_seq_length
+  return 2
+
+
+def token_task(name: str, apply, num_classes=_two_classes,
+               **kwargs) -> HostTask:
+  """A task that labels positions: a ``token`` head over ``num_classes``
+  (default 2: a detection), its labels ``<name>_labels`` int32 [B, L] and
+  their weights ``<name>_weights`` float32 [B, L], made by ``apply``.
+  ``kwargs``: the other ``HostTask`` fields."""
+  labels, weights = f'{name}_labels', f'{name}_weights'
+
+  def fields(params: dict, max_seq_length: int) -> dict:
+    del params
+    return {labels: ((max_seq_length,), np.int32),
+            weights: ((max_seq_length,), np.float32)}
+
+  return HostTask(name=name, head='token', num_classes=num_classes,
+                  label_field=labels, weight_field=weights, fields=fields,
+                  apply=apply, **kwargs)
+
+
 _TASKS: dict[str, HostTask] = {}
 
 

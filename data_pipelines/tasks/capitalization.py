@@ -26,8 +26,8 @@ from typing import Iterable
 import numpy as np
 
 from data_pipelines import pretokenize
-from data_pipelines.tasks.base import HostTask
 from data_pipelines.tasks.base import register
+from data_pipelines.tasks.base import token_task
 
 LABELS = 'capitalization_labels'
 WEIGHTS = 'capitalization_weights'
@@ -107,20 +107,8 @@ def _check(params: dict, data_cfg, errors: list[str]) -> None:
         'nmt_nfkc_cf normalization).')
 
 
-def _fields(params: dict, max_seq_length: int) -> dict:
-  del params
-  return {LABELS: ((max_seq_length,), np.int32),
-          WEIGHTS: ((max_seq_length,), np.float32)}
-
-
-CAPITALIZATION = register(HostTask(
-    name='capitalization',
-    head='token',
-    num_classes=lambda params, max_seq_length: 2,
-    label_field=LABELS,
-    weight_field=WEIGHTS,
-    fields=_fields,
-    apply=capitalization_fields,
+CAPITALIZATION = register(token_task(
+    'capitalization', capitalization_fields,
     corrupts=False,
     check=_check,
     check_data=check_has_case,

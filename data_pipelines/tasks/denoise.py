@@ -72,6 +72,7 @@ from data_pipelines.counter_rng import Stream
 from data_pipelines.masking.draws import Counters
 from data_pipelines.tasks.base import HostTask
 from data_pipelines.tasks.base import register
+from data_pipelines.tasks.base import token_task
 from data_pipelines.tasks.base import token_weights
 from data_pipelines.tokenizer import CLS_ID, NUM_SPECIAL, PAD_ID, SEP_ID
 
@@ -208,17 +209,6 @@ def _rate_task_check(name: str, typical: float):
     check_rate(name, params, errors, typical)
 
   return check
-
-
-def _token_label_fields(name: str):
-  """``fields`` of a token head: ``<name>_labels`` and ``_weights``."""
-
-  def fields(params: dict, max_seq_length: int) -> dict:
-    del params
-    return {f'{name}_labels': ((max_seq_length,), np.int32),
-            f'{name}_weights': ((max_seq_length,), np.float32)}
-
-  return fields
 
 
 # ---------------------------------------------------------------------------
@@ -507,66 +497,26 @@ def rotate_documents(batch: dict, params: dict, seed: int) -> dict:
 # ---------------------------------------------------------------------------
 # The declarations.
 
-TOKEN_DELETION = register(HostTask(
-    name='token_deletion',
-    head='token',
-    num_classes=lambda params, max_seq_length: 2,
-    label_field='token_deletion_labels',
-    weight_field='token_deletion_weights',
-    fields=_token_label_fields('token_deletion'),
-    apply=delete_tokens,
-    corrupts=True,
-    defaults=lambda: {'rate': 0.15},
-    check=_rate_task_check('token_deletion', 0.15),
-    description='BART token deletion: which tokens follow a deleted one.'))
+# The four token-level detections: (name, corruption, what the head says).
+_RATE_TASKS = (
+    ('token_deletion', delete_tokens,
+     'BART token deletion: which tokens follow a deleted one.'),
+    ('token_insertion', insert_tokens,
+     'Random tokens inserted: which tokens were inserted.'),
+    ('token_replacement', replace_tokens,
+     'Uniform random replacement: which tokens were replaced.'),
+    ('token_shuffle', shuffle_tokens,
+     'Chosen tokens permuted: which tokens are out of place.'),
+)
+for _name, _apply, _description in _RATE_TASKS:
+  register(token_task(_name, _apply, corrupts=True,
+                      defaults=lambda: {'rate': 0.15},
+                      check=_rate_task_check(_name, 0.15),
+                      description=_description))
 
-TOKEN_INSERTION = register(HostTask(
-    name='token_insertion',
-    head='token',
-    num_classes=lambda params, max_seq_length: 2,
-    label_field='token_insertion_labels',
-    weight_field='token_insertion_weights',
-    fields=_token_label_fields('token_insertion'),
-    apply=insert_tokens,
-    corrupts=True,
-    defaults=lambda: {'rate': 0.15},
-    check=_rate_task_check('token_insertion', 0.15),
-    description='Random tokens inserted: which tokens were inserted.'))
-
-TOKEN_REPLACEMENT = register(HostTask(
-    name='token_replacement',
-    head='token',
-    num_classes=lambda params, max_seq_length: 2,
-    label_field='token_replacement_labels',
-    weight_field='token_replacement_weights',
-    fields=_token_label_fields('token_replacement'),
-    apply=replace_tokens,
-    corrupts=True,
-    defaults=lambda: {'rate': 0.15},
-    check=_rate_task_check('token_replacement', 0.15),
-    description='Uniform random replacement: which tokens were replaced.'))
-
-TOKEN_SHUFFLE = register(HostTask(
-    name='token_shuffle',
-    head='token',
-    num_classes=lambda params, max_seq_length: 2,
-    label_field='token_shuffle_labels',
-    weight_field='token_shuffle_weights',
-    fields=_token_label_fields('token_shuffle'),
-    apply=shuffle_tokens,
-    corrupts=True,
-    defaults=lambda: {'rate': 0.15},
-    check=_rate_task_check('token_shuffle', 0.15),
-    description='Chosen tokens permuted: which tokens are out of place.'))
-
-SENTENCE_PERMUTATION = register(HostTask(
-    name='sentence_permutation',
-    head='token',
+SENTENCE_PERMUTATION = register(token_task(
+    'sentence_permutation', permute_sentences,
     num_classes=lambda params, max_seq_length: params['max_sentences'],
-    label_field='sentence_permutation_labels',
-    weight_field='sentence_permutation_weights',
-    fields=_token_label_fields('sentence_permutation'),
-    apply=permute_sentences,
     corrupts=True,
     defaults=lambda: {'rate': 1.0, 'max_sentences': 16},
     check=_check_permutation,

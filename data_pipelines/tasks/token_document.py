@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from data_pipelines.tasks.base import HostTask
 from data_pipelines.tasks.base import register
+from data_pipelines.tasks.base import token_task
 from data_pipelines.tasks.base import token_weights
 
 LABELS = 'token_document_labels'
@@ -49,20 +49,8 @@ def token_document_fields(batch: dict, params: dict, seed: int) -> dict:
   return out
 
 
-def _fields(params: dict, max_seq_length: int) -> dict:
-  del params
-  return {LABELS: ((max_seq_length,), np.int32),
-          WEIGHTS: ((max_seq_length,), np.float32)}
-
-
-TOKEN_DOCUMENT = register(HostTask(
-    name='token_document',
-    head='token',
-    num_classes=lambda params, max_seq_length: 2,
-    label_field=LABELS,
-    weight_field=WEIGHTS,
-    fields=_fields,
-    apply=token_document_fields,
+TOKEN_DOCUMENT = register(token_task(
+    'token_document', token_document_fields,
     corrupts=False,
     instance_flags=('token_document',),
     description='ERNIE 2.0 token-document relation: does the token occur '
