@@ -85,6 +85,7 @@ from bertjax import objectives  # pylint: disable=g-import-not-at-top
 from bertjax import storage  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 from data_pipelines import continual as continual_lib  # pylint: disable=g-import-not-at-top
+from data_pipelines import tasks as tasks_lib  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
 SCRATCH = 'scratch'
@@ -482,17 +483,21 @@ def _row_key(*parts) -> str:
 
 
 def objective_label(cfg) -> str:
-  """What a run trains, e.g. ``MLM+SOP`` or ``ELECTRA``."""
+  """What a run trains, e.g. ``MLM+SOP``, ``ELECTRA`` or
+  ``MLM+capitalization`` (the tasks beyond masking by name)."""
   name = cfg.objective.name
   if name != 'bert':
     return {'electra': 'ELECTRA (MLM+RTD)',
             'distillation': 'distillation',
             'tinybert': 'TinyBERT distillation'}.get(name, name)
-  parts = ['MLM']
+  parts = ['MLM'] if cfg.objective.mlm_weight else []
   if cfg.objective.nsp_weight and cfg.data.layout in ('nsp', 'sop'):
     parts.append(cfg.data.layout.upper())
   if cfg.objective.get('sbo_weight'):
     parts.append('SBO')
+  parts += continual_lib.run_tasks(cfg)
+  if continual_lib.is_continual(cfg):
+    return f'continual ({"+".join(parts)})'
   return '+'.join(parts)
 
 
@@ -515,8 +520,10 @@ def pretrain_row(arm: Arm, budget: str, seed: int, key: str, run: dict,
   cfg, records = run['cfg'], run['records']
   step = records[-1]['step']
   tokens = step * cfg.batch_size * cfg.data.max_seq_length
+  # The last evaluation (a task beyond masking alone has no MLM loss).
   final = next((r for r in reversed(records)
-                if 'eval_mlm_loss' in r or 'eval_rtd_loss' in r), {})
+                if any(k.startswith('eval_') and k.endswith('_loss')
+                       for k in r)), {})
   curve_keys = ('mlm_loss', 'eval_mlm_loss') + OBJECTIVE_METRICS
   return {
       'kind': 'pretrain', 'key': key, 'arm': arm.name, 'budget': budget,
@@ -863,7 +870,8 @@ def report(plan: Plan, rows: list[dict], command: str,
       f'(pretraining and fine-tuning); this invocation {wall_seconds / 60:.1f}'
       ' min.', '', '## Pretraining (held-out)', '']
   head = ['arm', 'budget', 'objective', 'seeds', 'params', 'steps',
-          'tokens', 'train FLOPs', 'wall s'] + [c for c, _, _ in COLUMNS]
+          'tokens', 'train FLOPs', 'wall s'] + [c for c, _, _ in COLUMNS] + [
+              'tasks acc.']
   lines += ['| ' + ' | '.join(head) + ' |',
             '|' + ' --- |' * len(head)]
   for budget in budgets:
@@ -883,12 +891,25 @@ def report(plan: Plan, rows: list[dict], command: str,
         same = objectives is None or first['objective'] in objectives
         cells.append(_mean_pm([r['final'].get(metric)
                                for r in by_seed.values()]) if same else '-')
+      cells.append(_task_accuracies(by_seed.values()))
       lines.append('| ' + ' | '.join(cells) + ' |')
   lines += _pretrain_differences(plan, pre, budgets)
   groups = downstream_groups(rows, plan.control_repeats)
   if groups:
     lines += _downstream_section(plan, groups, arms, budgets)
   return '\n'.join(lines) + '\n'
+
+
+def _task_accuracies(rows) -> str:
+  """The held-out accuracy of each task beyond masking the rows trained
+  (data_pipelines/tasks/), ``name mean ± half-width``; '-' for none."""
+  rows = list(rows)
+  cells = []
+  for name in tasks_lib.names():
+    values = [r['final'].get(f'eval_{name}_accuracy') for r in rows]
+    if any(v is not None for v in values):
+      cells.append(f'{name} {_mean_pm(values)}')
+  return '; '.join(cells) or '-'
 
 
 def _pretrain_differences(plan: Plan, pre: dict, budgets) -> list[str]:
