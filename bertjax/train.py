@@ -37,7 +37,6 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from ml_collections import config_flags
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
@@ -55,32 +54,13 @@ from bertjax import optim
 from bertjax.runtime import preemption
 from bertjax import sharding
 from bertjax import storage
+from bertjax import train_flags
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import masking as masking_lib
 from data_pipelines import mixture as mixture_lib
 from data_pipelines import pipeline
 from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
-
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Experiment config file, e.g. '
-    'experiments/configs/demo.py or experiments/configs/bert.py:size=large',
-    lock_config=True)
-_WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'Directory for checkpoints, metrics and TensorBoard '
-    'events. Rerunning in the same workdir resumes.')
-_MULTIHOST = flags.DEFINE_enum(
-    'multihost', 'auto', distributed.MODES, 'auto: join a multi-process job '
-    'when SLURM or a TPU pod is detected, or when the coordinator flags are '
-    'given; on: always call jax.distributed.initialize() (Cloud TPU VM '
-    'slices); off: single process.')
-_COORDINATOR = flags.DEFINE_string(
-    'coordinator_address', '', 'HOST:PORT of process 0, for a multi-process '
-    'job that JAX cannot detect (with --num_processes and --process_id).')
-_NUM_PROCESSES = flags.DEFINE_integer('num_processes', 0,
-                                      'Processes in the job (explicit mode).')
-_PROCESS_ID = flags.DEFINE_integer('process_id', -1,
-                                   'This process, 0..num_processes-1.')
 
 # Independent keys split once from the seed: model init, the training
 # steps' keys (dropout; ELECTRA's masking and sampling), and evaluation's.
@@ -846,16 +826,17 @@ def baseline_accuracy(batches: list[dict], token: int) -> float:
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if _CONFIG.value is None or not _WORKDIR.value:
+  if train_flags.CONFIG.value is None or not train_flags.WORKDIR.value:
     raise app.UsageError('--config and --workdir are required.')
   if not flags.FLAGS['verbosity'].present:
     # Orbax and TFDS log every step of every save at INFO; -v 0 shows them.
     logging.set_verbosity(logging.WARNING)
-  how = distributed.initialize(_MULTIHOST.value, _COORDINATOR.value,
-                               _NUM_PROCESSES.value, _PROCESS_ID.value)
+  how = distributed.initialize(
+      train_flags.MULTIHOST.value, train_flags.COORDINATOR.value,
+      train_flags.NUM_PROCESSES.value, train_flags.PROCESS_ID.value)
   say(f'jax {jax.__version__}: {how}')
   try:
-    train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    train_and_evaluate(train_flags.CONFIG.value, train_flags.WORKDIR.value)
   except preemption.Preempted as e:
     say(str(e))
     sys.exit(preemption.EXIT_PREEMPTED)

@@ -126,6 +126,25 @@ def test_config_typo_is_an_error(tmp_path):
   assert not (tmp_path / 'run').exists()
 
 
+def test_a_config_that_imports_the_trainer_loads_under_python_m(tmp_path):
+  """compare_small.py imports bertjax.finetune, which imports bertjax.train
+  under its name while ``python -m`` runs it as __main__: the flags are
+  defined once (bertjax/train_flags.py), so the config loads and the run
+  gets as far as its own checks (here: a typo, before anything is
+  written)."""
+  config = os.path.join(REPO, 'experiments', 'configs',
+                        'compare_small.py:objective=bert')
+  result = subprocess.run(
+      [sys.executable, '-m', 'bertjax.train', f'--config={config}',
+       f'--workdir={tmp_path / "run"}', '--config.modle.size=base'],
+      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+      cwd=REPO)
+  assert result.returncode != 0
+  assert 'defined twice' not in result.stderr
+  assert 'modle' in result.stderr
+  assert not (tmp_path / 'run').exists()
+
+
 @pytest.mark.e2e
 def test_resume_with_other_tokenizer_fails_and_keeps_checkpoints(
     data_dir, tmp_path):
