@@ -115,25 +115,14 @@ def test_seq_length_beyond_positions_fails_before_writing(tmp_path):
 
 
 @pytest.mark.e2e
-def test_config_typo_is_an_error(tmp_path):
-  result = subprocess.run(
-      [sys.executable, '-m', 'bertjax.train', f'--config={DEMO}',
-       f'--workdir={tmp_path / "run"}', '--config.modle.size=base'],
-      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
-      cwd=REPO)
-  assert result.returncode != 0
-  assert 'modle' in result.stderr
-  assert not (tmp_path / 'run').exists()
-
-
-def test_a_config_that_imports_the_trainer_loads_under_python_m(tmp_path):
-  """compare_small.py imports bertjax.finetune, which imports bertjax.train
-  under its name while ``python -m`` runs it as __main__: the flags are
-  defined once (bertjax/train_flags.py), so the config loads and the run
-  gets as far as its own checks (here: a typo, before anything is
-  written)."""
-  config = os.path.join(REPO, 'experiments', 'configs',
-                        'compare_small.py:objective=bert')
+@pytest.mark.parametrize('config', [
+    DEMO,
+    # compare_small.py imports bertjax.finetune, which imports bertjax.train
+    # under its name while ``python -m`` runs it as __main__: the flags are
+    # defined once (bertjax/train_flags.py), so the config loads too.
+    os.path.join(REPO, 'experiments', 'configs',
+                 'compare_small.py:objective=bert')])
+def test_config_typo_is_an_error(tmp_path, config):
   result = subprocess.run(
       [sys.executable, '-m', 'bertjax.train', f'--config={config}',
        f'--workdir={tmp_path / "run"}', '--config.modle.size=base'],
