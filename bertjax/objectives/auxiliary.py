@@ -28,7 +28,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
 from bertjax.models import bert as bert_lib

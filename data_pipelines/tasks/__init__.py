@@ -29,7 +29,6 @@ import importlib
 import pkgutil
 
 from data_pipelines.tasks.base import batch_fields
-from data_pipelines.tasks.base import enabled
 from data_pipelines.tasks.base import get
 from data_pipelines.tasks.base import HEADS
 from data_pipelines.tasks.base import HostTask
@@ -44,6 +43,6 @@ from data_pipelines.tasks.base import token_weights
 for _module in pkgutil.iter_modules(__path__):
   importlib.import_module(f'{__name__}.{_module.name}')
 
-__all__ = ('HEADS', 'HostTask', 'batch_fields', 'enabled', 'get', 'names',
+__all__ = ('HEADS', 'HostTask', 'batch_fields', 'get', 'names',
            'params_of', 'present_field', 'register', 'run_params',
            'token_task', 'token_weights')

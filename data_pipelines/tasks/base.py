@@ -123,17 +123,6 @@ def params_of(section) -> dict:
   return dict(section.to_dict() if hasattr(section, 'to_dict') else section)
 
 
-def enabled(tasks_cfg) -> list[tuple[HostTask, dict]]:
-  """The tasks of ``cfg.tasks`` with weight > 0, in name order, with their
-  params."""
-  out = []
-  for name in names():
-    if tasks_cfg is not None and name in tasks_cfg and (
-        tasks_cfg[name].weight > 0):
-      out.append((_TASKS[name], params_of(tasks_cfg[name])))
-  return out
-
-
 def run_params(cfg, name: str, vocab_size: int = 0) -> dict:
   """Task ``name``'s knobs as ``apply`` gets them: its section
   ``cfg.tasks.<name>``, with the tokenizer's ``vocab_size`` and

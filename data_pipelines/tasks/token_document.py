@@ -17,7 +17,6 @@ reads anyway (``InstanceConfig.token_document``, the batch's
 
 from __future__ import annotations
 
-import numpy as np
 
 from data_pipelines.tasks.base import register
 from data_pipelines.tasks.base import token_task
