@@ -33,6 +33,7 @@ import grain
 import numpy as np
 
 from data_pipelines import instances as instances_lib
+from data_pipelines import mixture as mixture_lib
 from data_pipelines.counter_rng import Stream
 
 
@@ -109,12 +110,7 @@ def stage_counts(stage_steps, specs) -> np.ndarray:
     w = np.array([s.weight if s.first_stage <= k else 0.0 for s in specs])
     if not w.sum():
       continue
-    share = w / w.sum() * steps
-    counts[k] = np.floor(share).astype(np.int64)
-    rest = int(steps - counts[k].sum())
-    # Largest remainders first; ties to the earlier stream.
-    order = np.lexsort((np.arange(len(w)), -(share - counts[k])))
-    counts[k, order[:rest]] += 1
+    counts[k] = mixture_lib.apportion(w, steps)
   return counts
 
 

@@ -112,11 +112,23 @@ def sampling_probabilities(sizes: Sequence[float], exponent: float
   return weights / weights.sum()
 
 
+def apportion(weights: Sequence[float], total: int) -> np.ndarray:
+  """int64 [len(weights)]: ``total`` split in proportion to ``weights``
+  (not all 0), by largest remainders, ties to the earlier; sums to
+  ``total``."""
+  w = np.asarray(weights, np.float64)
+  quota = w / w.sum() * total
+  parts = np.floor(quota).astype(np.int64)
+  remainder_order = np.argsort(-(quota - parts), kind='stable')
+  parts[remainder_order[:total - parts.sum()]] += 1
+  return parts
+
+
 def block_slots(probabilities: Sequence[float], block_size: int
                 ) -> np.ndarray:
   """Elements per block for each component: ``p_i * block_size`` rounded.
 
-  Largest-remainder rounding (ties to the earlier component), then every
+  Largest-remainder rounding (``apportion``), then every
   component with ``p_i > 0`` is given at least one slot, taken from the
   component with the most.
 
@@ -127,10 +139,7 @@ def block_slots(probabilities: Sequence[float], block_size: int
   if block_size < np.count_nonzero(p > 0):
     raise ValueError(f'block_size={block_size} is smaller than the number '
                      f'of components ({np.count_nonzero(p > 0)}).')
-  quota = p / p.sum() * block_size
-  slots = np.floor(quota).astype(np.int64)
-  remainder_order = np.argsort(-(quota - slots), kind='stable')
-  slots[remainder_order[:block_size - slots.sum()]] += 1
+  slots = apportion(p, block_size)
   for c in np.flatnonzero((p > 0) & (slots == 0)):
     slots[np.argmax(slots)] -= 1
     slots[c] += 1
