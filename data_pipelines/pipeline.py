@@ -48,8 +48,8 @@ class _MaskAndPack(grain.transforms.Map):
   so that masking sees the sequence it made) run before masking; with
   ``mlm`` False the batch is not masked (its MLM slots are empty). Fields of
   the run's other tasks (``all_tasks``: those of other streams, as
-  ``tasks.batch_fields`` gives them) are zeros with ``<task>_present`` 0; ``task_id`` >= 0 adds ``task_type_ids`` (ERNIE
-  2.0's task embedding).
+  ``tasks.batch_fields`` gives them) are zeros with ``<task>_present`` 0;
+  ``task_id`` >= 0 adds ``task_type_ids`` (ERNIE 2.0's task embedding).
   """
   config: masking_lib.MaskingConfig
   seed: int
@@ -136,13 +136,11 @@ def masking_config(cfg, prepared: Prepared) -> masking_lib.MaskingConfig:
 
 
 def _instances(prepared: pretokenize.PreparedData, cfg, split: str,
-               spec: continual_lib.StreamSpec | None = None,
+               spec: continual_lib.StreamSpec,
                **kwargs) -> instances_lib.InstanceDataset:
   source = prepared.train_source if split == 'train' else prepared.eval_source
   index = prepared.train_index if split == 'train' else prepared.eval_index
-  config = (instance_config(cfg, tokenizer=prepared.tokenizer)
-            if spec is None else
-            instance_config(cfg, spec.layout, spec.tasks, prepared.tokenizer))
+  config = instance_config(cfg, spec.layout, spec.tasks, prepared.tokenizer)
   builder = instances_lib.InstanceBuilder(source, index, config, cfg.seed)
   return instances_lib.InstanceDataset(
       builder, seed=cfg.seed, dupe_factor=cfg.data.dupe_factor,
