@@ -540,9 +540,32 @@ def architecture_key(workdir: str) -> str:
   """What random weights depend on: the encoder's shape and the tokenizer
   (arms with equal keys share one scratch control)."""
   pretrained = finetune.load_pretrained(workdir)
-  tokenizer = hashlib.sha256(pretrained.tokenizer.model_proto).hexdigest()
-  model = dataclasses.asdict(pretrained.model)
-  return _row_key(repr(sorted(model.items())), tokenizer)[:12]
+  return model_key(pretrained.model, pretrained.tokenizer.model_proto)
+
+
+# The encoder's fields when the key was first written. A field added since
+# enters the key only where it differs from its default, so that runs of a
+# comparison that spans code versions keep their key, and their control,
+# when the new field changes nothing for them.
+_KEYED_MODEL_FIELDS = frozenset((
+    'vocab_size', 'real_vocab_size', 'hidden_size', 'num_layers',
+    'num_heads', 'intermediate_size', 'max_position_embeddings',
+    'type_vocab_size', 'task_type_vocab_size', 'embedding_size',
+    'num_layer_groups', 'sbo_positions', 'sbo_position_width',
+    'with_pooler_nsp', 'hidden_dropout_rate', 'attention_dropout_rate',
+    'layer_norm_epsilon', 'initializer_range', 'gelu_approximate', 'dtype',
+    'param_dtype', 'remat', 'scan_layers', 'attend_across_documents',
+    'attention_impl', 'pad_row_trains', 'adapter_size'))
+
+
+def model_key(model, tokenizer_proto: bytes) -> str:
+  """``architecture_key`` of an encoder config (a ``BertConfig``) and a
+  serialized tokenizer model."""
+  tokenizer = hashlib.sha256(tokenizer_proto).hexdigest()
+  defaults = {f.name: f.default for f in dataclasses.fields(model)}
+  keyed = {k: v for k, v in dataclasses.asdict(model).items()
+           if k in _KEYED_MODEL_FIELDS or v != defaults[k]}
+  return _row_key(repr(sorted(keyed.items())), tokenizer)[:12]
 
 
 # ---------------------------------------------------------------------------

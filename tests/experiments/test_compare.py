@@ -1,5 +1,7 @@
 """The compare tool: budgets, overrides, errors, and a tiny comparison."""
 
+import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from bertjax import intervals
+from bertjax.models import bert as bert_lib
 from bertjax import storage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -357,3 +360,23 @@ def test_settings_key_follows_what_is_computed_not_where():
   assert compare.settings_key(other) == compare.settings_key(ft)
   other.seed = 1
   assert compare.settings_key(other) != compare.settings_key(ft)
+
+
+def test_model_key_is_unchanged_by_a_field_added_at_its_default():
+  model = bert_lib.BertConfig(vocab_size=64, hidden_size=32, num_layers=2,
+                              num_heads=2, intermediate_size=64)
+  key = compare.model_key(model, b'spm')
+  # The key rows were written with: every field of today's BertConfig.
+  written = compare._row_key(repr(sorted(dataclasses.asdict(model).items())),
+                             hashlib.sha256(b'spm').hexdigest())[:12]
+  assert key == written
+  grown_class = dataclasses.make_dataclass(
+      'Grown', [('new_option', int, 0)], bases=(bert_lib.BertConfig,),
+      frozen=True)
+  grown = grown_class(**dataclasses.asdict(model))
+  assert compare.model_key(grown, b'spm') == key
+  assert compare.model_key(dataclasses.replace(grown, new_option=1),
+                           b'spm') != key
+  assert compare.model_key(dataclasses.replace(model, num_heads=4),
+                           b'spm') != key
+  assert compare.model_key(model, b'other') != key
