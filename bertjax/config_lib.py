@@ -715,6 +715,12 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
          'sharing (model.num_layer_groups=0): ELECTRA, distillation and '
          "ALBERT's shared layers address layers by name; use False "
          'otherwise.', errors)
+  _check(o.name == 'bert' or not (m.layerdrop or m.pruned_heads),
+         f'model.layerdrop={m.layerdrop} and model.pruned_heads='
+         f'{tuple(m.pruned_heads)} with objective.name={o.name!r}: LayerDrop '
+         "and pruned heads are the bert objective's encoder's (ELECTRA and "
+         'distillation build their networks otherwise); use 0 and ().',
+         errors)
   _check(d.max_seq_length <= m.max_position_embeddings,
          f'data.max_seq_length={d.max_seq_length} exceeds '
          f'model.max_position_embeddings={m.max_position_embeddings}: the '

@@ -294,7 +294,8 @@ def downstream_config(cfg, pretrained: Pretrained):
       model, hidden_dropout_rate=m.hidden_dropout_rate,
       attention_dropout_rate=m.attention_dropout_rate,
       dtype=jnp.dtype(m.dtype) if m.dtype else model.dtype,
-      adapter_size=cfg.adapter_size if cfg.mode == 'adapters' else 0)
+      adapter_size=cfg.adapter_size if cfg.mode == 'adapters' else 0,
+      layerdrop=0.0)   # Pretraining's; fine-tuning trains every layer.
 
 
 # ---------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from bertjax.runtime import checkpoint
 from bertjax import config_lib
 from bertjax.interop import hf_tokenizer
 from bertjax import objectives
+from bertjax import pruning
 from bertjax import runs
 from bertjax import sharding
 from bertjax import storage
@@ -157,6 +158,10 @@ def _check_task_embedding(m, family: str) -> None:
 # at N = pad_token_id + 1).
 
 Rule = tuple[str, tuple[str, ...], object]
+
+# config.json's record of a pruned model's removed heads ({layer: [heads]}),
+# which the export writes as zeros.
+PRUNED_HEADS = 'bertjax_pruned_heads'
 
 
 def _dense(hf: str, path: tuple[str, ...]) -> Iterator[Rule]:
@@ -368,7 +373,8 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
   model_cfg = _model_config(cfg, vocab_size)
   if family != 'electra':   # A distilled student, beside its teacher.
     params = objectives.get(cfg.objective.name).encoder_params(params)
-  params = _unscanned(params, model_cfg.num_layers)
+  params = pruning.zero_filled(_unscanned(params, model_cfg.num_layers),
+                               model_cfg)
   state = {}
   for hf, path, conversion in rules(family, _dims(cfg, model_cfg), part):
     value = _to_hf(_get(params, path), conversion, vocab_size)
@@ -439,6 +445,12 @@ def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
   if family == 'ernie':
     config.update(use_task_id=bool(m.task_type_vocab_size),
                   task_type_vocab_size=m.task_type_vocab_size)
+  if encoder.pruned_heads:
+    # transformers 5 has no head pruning (its ``pruned_heads`` is gone):
+    # the pruned heads are written as zeros (hf_state_dict), and named here
+    # for the import, which removes them again.
+    config[PRUNED_HEADS] = {str(i): list(heads) for i, heads
+                            in enumerate(encoder.pruned_heads) if heads}
   return config
 
 
@@ -453,7 +465,7 @@ def _set(tree: dict, path: tuple[str, ...], value: np.ndarray) -> None:
 
 
 def _from_hf(tensors: list[np.ndarray], conversion, padded_vocab: int,
-             heads: int) -> np.ndarray:
+             head_dim: int) -> np.ndarray:
   (value,) = tensors
   if conversion == 'copy':
     return value
@@ -464,17 +476,18 @@ def _from_hf(tensors: list[np.ndarray], conversion, padded_vocab: int,
     return np.pad(value, pad)
   if conversion == 'attn_out':
     d, hk = value.shape
-    return value.T.reshape(heads, hk // heads, d)
+    return value.T.reshape(hk // head_dim, head_dim, d)
   if conversion.startswith('positions+'):
     return value[int(conversion.split('+')[1]):]
   raise AssertionError(conversion)
 
 
 def params_from_state_dict(state: dict[str, np.ndarray], family: str,
-                           dims: dict, heads: int, padded_vocab: int,
+                           dims: dict, head_dim: int, padded_vocab: int,
                            part: str | None = None) -> dict:
-  """bertjax parameters (nested numpy arrays) from ``family``'s tensors;
-  raises ConversionError naming any tensor missing."""
+  """bertjax parameters (nested numpy arrays) from ``family``'s tensors,
+  each layer with the heads its tensors hold (``head_dim`` wide); raises
+  ConversionError naming any tensor missing."""
   table = rules(family, dims, part)
   missing = [hf for hf, _, _ in table if hf not in state]
   if missing:
@@ -489,14 +502,15 @@ def params_from_state_dict(state: dict[str, np.ndarray], family: str,
     if isinstance(conversion, tuple):   # Collect Q, K, V, then fuse.
       fused.setdefault(path, [None] * 3)[conversion[1]] = value
       continue
-    _set(params, path, _from_hf([value], conversion, padded_vocab, heads))
+    _set(params, path, _from_hf([value], conversion, padded_vocab, head_dim))
   for path, (q, k, v) in fused.items():
     if path[-1] == 'qkv_kernel':       # [H*K, D] x 3 -> [D, 3, H, K].
       d = q.shape[1]
-      _set(params, path, np.stack([w.T.reshape(d, heads, -1)
+      _set(params, path, np.stack([w.T.reshape(d, -1, head_dim)
                                    for w in (q, k, v)], axis=1))
     else:                              # [H*K] x 3 -> [3, H, K].
-      _set(params, path, np.stack([b.reshape(heads, -1) for b in (q, k, v)]))
+      _set(params, path, np.stack([b.reshape(-1, head_dim)
+                                   for b in (q, k, v)]))
   return params
 
 
@@ -722,14 +736,40 @@ def import_model(directory: str, generator_directory: str | None = None
   dims = _dims(cfg, model_cfg)
   if family == 'roberta':
     dims['pad_token_id'] = hf.get('pad_token_id', 1)
-  params = params_from_state_dict(state, family, dims, model_cfg.num_heads,
+  params = params_from_state_dict(state, family, dims, model_cfg.head_dim,
                                   padded, part)
+  if hf.get(PRUNED_HEADS):
+    params, cfg = _pruned(params, cfg, model_cfg, hf[PRUNED_HEADS])
   if family == 'electra':
     params = _with_generator(params, cfg, generator_hf, generator_directory,
                              dims, padded)
   if family == 'distilbert':
     params = {'student': params}
   return Imported(family, cfg, params, vocab_size)
+
+
+def _pruned(params: dict, cfg, model_cfg, pruned: dict):
+  """An export of a pruned model (its heads written as zeros, named in
+  ``PRUNED_HEADS``) made small again."""
+  remove = {int(layer): [int(h) for h in heads]
+            for layer, heads in pruned.items()}
+  for layer, heads in remove.items():
+    attention = params.get(f'layer_{layer}', {}).get('attention', {})
+    if any(np.any(attention[key][index]) for key, index in (
+        ('qkv_kernel', np.s_[:, :, heads]), ('qkv_bias', np.s_[:, heads]),
+        ('out_kernel', np.s_[heads])) if key in attention):
+      raise ConversionError(
+          f'config.json names heads {heads} of layer {layer} as pruned '
+          f'({PRUNED_HEADS}), but their weights are not zero: the model '
+          'was trained after its export. Delete that entry to import it '
+          'with every head.')
+  try:
+    params, model_cfg = pruning.remove_heads(params, model_cfg, remove)
+  except ValueError as e:
+    raise ConversionError(f'{PRUNED_HEADS}: {e}') from e
+  cfg.model.pruned_heads = model_cfg.pruned_heads
+  config_lib.validate(cfg)
+  return params, cfg
 
 
 def _config_from_hf(hf: dict, family: str, generator_hf: dict | None):
@@ -805,7 +845,7 @@ def _with_generator(params: dict, cfg, gen: dict, generator_directory: str,
         f'{generator.num_heads} heads (width // 64), FFN 4 x width.')
   generator_params = params_from_state_dict(
       read_state_dict(generator_directory), 'electra', dims,
-      generator.num_heads, padded, 'generator')
+      generator.head_dim, padded, 'generator')
   params = dict(params)
   for name, value in generator_params.items():
     if name != 'embeddings':

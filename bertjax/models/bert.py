@@ -124,6 +124,16 @@ class BertConfig:
   # attention and the FFN of every layer, for parameter-efficient
   # fine-tuning; 0 = none (pretraining never has them).
   adapter_size: int = 0
+  # Head pruning (Michel et al., 2019): per layer, the heads removed, by
+  # their index in the unpruned layer (transformers' ``pruned_heads``); ()
+  # = none. A pruned layer stores only its other heads, each still
+  # ``head_dim`` wide.
+  pruned_heads: tuple[tuple[int, ...], ...] = ()
+  # LayerDrop (Fan et al., 2020): in training, each layer is skipped with
+  # this probability, one draw per layer per step for the whole batch as
+  # fairseq's; 0 = off. Any subset of the layers can then be kept
+  # (bertjax/pruning.py keep_layers).
+  layerdrop: float = 0.0
 
   @classmethod
   def from_size(cls, size: str, **overrides) -> 'BertConfig':
@@ -148,6 +158,12 @@ class BertConfig:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
+
+  def layer_heads(self, layer: int) -> int:
+    """The heads ``layer`` stores: ``num_heads`` less the pruned ones."""
+    if not self.pruned_heads:
+      return self.num_heads
+    return self.num_heads - len(self.pruned_heads[layer])
 
   @property
   def factorized(self) -> bool:
@@ -315,18 +331,27 @@ def real_vocab_bias(cfg: BertConfig, bias):
 
 
 class SelfAttention(nn.Module):
-  """Multi-head self-attention with one fused Q/K/V projection."""
+  """Multi-head self-attention with one fused Q/K/V projection.
+
+  ``heads``: the heads stored (0 = ``cfg.num_heads``; fewer once pruned).
+  Applied with the ``head_gates`` collection mutable, or given, each head's
+  output is multiplied by its gate (``gate`` [heads], ones when created):
+  the gradient of a loss with respect to the gates is Michel et al.'s head
+  importance (bertjax/pruning.py).
+  """
   cfg: BertConfig
+  heads: int = 0
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic: bool):
     cfg = self.cfg
+    heads = self.heads or cfg.num_heads
     qkv_kernel = self.param('qkv_kernel',
                             _init(cfg, ('embed', 'qkv', 'heads', 'kv')),
-                            (cfg.hidden_size, 3, cfg.num_heads, cfg.head_dim),
+                            (cfg.hidden_size, 3, heads, cfg.head_dim),
                             cfg.param_dtype)
     qkv_bias = self.param('qkv_bias', _zeros(('qkv', 'heads', 'kv')),
-                          (3, cfg.num_heads, cfg.head_dim), cfg.param_dtype)
+                          (3, heads, cfg.head_dim), cfg.param_dtype)
     qkv = jnp.einsum('BLD,DQHK->BLQHK', x.astype(cfg.dtype),
                      qkv_kernel.astype(cfg.dtype)) + qkv_bias.astype(cfg.dtype)
     q, k, v = (_constrain(qkv[:, :, i], 'act_batch', 'act_len', 'act_heads',
@@ -356,9 +381,15 @@ class SelfAttention(nn.Module):
       out = jax.nn.dot_product_attention(
           q, k, v, mask=mask, implementation=cfg.attention_impl)
     out = _constrain(out, 'act_batch', 'act_len', 'act_heads', 'act_kv')
+    if self.has_variable('head_gates', 'gate') or (
+        self.is_mutable_collection('head_gates')
+        and not self.is_initializing()):
+      gate = self.variable('head_gates', 'gate', jnp.ones, (heads,),
+                           jnp.float32)
+      out = out * gate.value[:, None].astype(out.dtype)
     out_kernel = self.param('out_kernel',
                             _init(cfg, ('heads', 'kv', 'embed')),
-                            (cfg.num_heads, cfg.head_dim, cfg.hidden_size),
+                            (heads, cfg.head_dim, cfg.hidden_size),
                             cfg.param_dtype)
     out_bias = self.param('out_bias', _zeros(('embed',)), (cfg.hidden_size,),
                           cfg.param_dtype)
@@ -449,8 +480,10 @@ class Adapter(nn.Module):
 
 class EncoderLayer(nn.Module):
   """Post-LN: x = LN(x + Attn(x)); x = LN(x + FFN(x)); with adapters,
-  each sublayer's output passes its adapter before the residual sum."""
+  each sublayer's output passes its adapter before the residual sum.
+  ``heads``: its attention's stored heads (0 = ``cfg.num_heads``)."""
   cfg: BertConfig
+  heads: int = 0
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic: bool):
@@ -461,7 +494,8 @@ class EncoderLayer(nn.Module):
       h = dropout(h, deterministic=deterministic)
       return Adapter(cfg, name=name)(h) if cfg.adapter_size else h
 
-    h = SelfAttention(cfg, name='attention')(x, attention_mask, deterministic)
+    h = SelfAttention(cfg, self.heads, name='attention')(
+        x, attention_mask, deterministic)
     x = LayerNorm(cfg, name='attention_norm')(
         x + adapted(h, 'attention_adapter'))
     h = FeedForward(cfg, name='ffn')(x)
@@ -473,25 +507,35 @@ def encoder_layers(cfg: BertConfig) -> list[nn.Module]:
   """The ``cfg.num_layers`` layers in order, for a module's ``setup``:
   ``layer_{g}`` per distinct parameter set (a shared group's module
   repeats), or one scanned ``layers`` module with ``cfg.scan_layers``."""
+  if cfg.pruned_heads and (cfg.scan_layers or cfg.num_layer_groups):
+    raise ValueError('model.pruned_heads with model.scan_layers or '
+                     'model.num_layer_groups: pruned layers differ in shape '
+                     'and are neither scanned nor shared.')
   if cfg.scan_layers:
     if cfg.num_layer_groups:
       raise ValueError('model.scan_layers with model.num_layer_groups: '
                        'shared layers are not scanned.')
     return [ScannedLayers(cfg, name='layers')]
   layer = layer_class(cfg)
-  groups = [layer(cfg, name=f'layer_{g}')
+  groups = [layer(cfg, cfg.layer_heads(g), name=f'layer_{g}')
             for g in range(cfg.num_layer_groups or cfg.num_layers)]
   return [groups[cfg.layer_group(i)] for i in range(cfg.num_layers)]
 
 
 def run_layers(cfg: BertConfig, layers, x, input_ids, attention_mask,
-               deterministic: bool, all_layers: bool = False):
+               deterministic: bool, all_layers: bool = False,
+               layerdrop_key=None):
   """The layers over the embeddings ``x`` [B, L, D]: the last output, or
-  with ``all_layers`` the list [embeddings, layer 1, ..., layer N]."""
+  with ``all_layers`` the list [embeddings, layer 1, ..., layer N].
+  ``layerdrop_key``: LayerDrop's draws (``layerdrop_key_of``)."""
   attention_mask = attention_mask_for(cfg, input_ids, attention_mask)
+  keep = layerdrop_keep(cfg, layerdrop_key, len(layers))
   outputs = [x]
-  for layer in layers:
-    x = layer(x, attention_mask, deterministic)
+  for i, layer in enumerate(layers):
+    y = layer(x, attention_mask, deterministic)
+    # A dropped layer passes its input on. It is still computed (one
+    # program for every draw); the saving is a shallower model to keep.
+    x = y if keep is None else jnp.where(keep[i], y, x)
     outputs.append(x)
   if all_layers:
     if cfg.scan_layers:
@@ -499,6 +543,25 @@ def run_layers(cfg: BertConfig, layers, x, input_ids, attention_mask,
                        '(model.scan_layers=False).')
     return outputs
   return x
+
+
+def layerdrop_key_of(module: nn.Module, cfg: BertConfig,
+                     deterministic: bool):
+  """The key of this step's LayerDrop draws, from ``module``'s dropout
+  stream; None (no draw taken) when LayerDrop is off or not training."""
+  if cfg.layerdrop and not deterministic:
+    return module.make_rng('dropout')
+  return None
+
+
+def layerdrop_keep(cfg: BertConfig, key, num_layers: int):
+  """bool [num_layers]: the layers kept this step; None = all."""
+  if key is None:
+    return None
+  if cfg.scan_layers:
+    raise ValueError('model.layerdrop with model.scan_layers: a scanned '
+                     'stack cannot skip a layer.')
+  return jax.random.uniform(key, (num_layers,)) >= cfg.layerdrop
 
 
 class _ScanBody(nn.Module):
@@ -626,7 +689,9 @@ class BertForPreTraining(nn.Module):
                         task_type_ids)
     record = self.is_mutable_collection('intermediates')
     states = run_layers(self.cfg, self.layers, x, input_ids, attention_mask,
-                        deterministic, all_layers=record)
+                        deterministic, all_layers=record,
+                        layerdrop_key=layerdrop_key_of(self, self.cfg,
+                                                       deterministic))
     if not record:
       return states
     for state in states:

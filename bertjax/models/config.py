@@ -55,6 +55,11 @@ def section() -> ml_collections.ConfigDict:
                             # kernel where no attention dropout is
                             # active; auto is cuDNN on GPU in bfloat16,
                             # else XLA (cuDNN is not yet measured).
+  m.pruned_heads = ()       # Per layer, the heads removed (indices in the
+                            # unpruned layer); () = none. Written by
+                            # experiments/compress.py prune_heads.
+  m.layerdrop = 0.0         # LayerDrop: each layer skipped in training
+                            # with this probability (Fan et al. use 0.2).
   return m
 
 
@@ -115,9 +120,44 @@ def check(m, errors: list[str]) -> None:
            errors)
   _check(m.remat in bert_lib.REMAT,
          f'model.remat={m.remat!r}; use one of {bert_lib.REMAT}.', errors)
-  for name in ('hidden_dropout_rate', 'attention_dropout_rate'):
+  for name in ('hidden_dropout_rate', 'attention_dropout_rate', 'layerdrop'):
     _check(0 <= m[name] < 1, f'model.{name}={m[name]} must be in [0, 1).',
            errors)
+  _check(not (m.layerdrop and m.scan_layers),
+         f'model.layerdrop={m.layerdrop} with model.scan_layers: a scanned '
+         'stack cannot skip a layer; set scan_layers=False.', errors)
+  _check_pruned_heads(m, errors)
+
+
+def _check_pruned_heads(m, errors: list[str]) -> None:
+  """``m.pruned_heads``: one entry per layer, distinct heads of the layer,
+  at least one kept; not with shared or scanned layers."""
+  pruned = m.pruned_heads
+  if not pruned:
+    return
+  if m.scan_layers or m.num_layer_groups:
+    errors.append('model.pruned_heads with model.scan_layers or '
+                  'model.num_layer_groups: pruned layers differ in shape, '
+                  'so they are neither scanned nor shared; set '
+                  'scan_layers=False and num_layer_groups=0.')
+  if not (m.size in bert_lib.SIZES and min(m[n] for n in _DIMS) >= 0):
+    return
+  layers, _, heads = bert_lib.SIZES[m.size]
+  layers, heads = m.num_layers or layers, m.num_heads or heads
+  if len(pruned) != layers:
+    errors.append(f'model.pruned_heads has {len(pruned)} entries for '
+                  f'{layers} layers; it must have one (possibly empty) '
+                  'tuple per layer.')
+    return
+  for i, removed in enumerate(pruned):
+    removed = list(removed)
+    if (len(set(removed)) != len(removed)
+        or not all(isinstance(h, int) and 0 <= h < heads for h in removed)
+        or len(removed) >= heads):
+      errors.append(f'model.pruned_heads[{i}]={tuple(removed)}: use '
+                    f'distinct heads in [0, {heads}), at most {heads - 1} '
+                    '(a layer keeps a head; to remove whole layers, train '
+                    'with model.layerdrop and keep a subset).')
 
 
 def _check(condition: bool, message: str, errors: list[str]) -> None:
@@ -164,7 +204,9 @@ def encoder_config(m, vocab_size: int, sbo_positions: int = 0
       gelu_approximate=m.gelu == 'tanh',
       layer_norm_epsilon=m.layer_norm_epsilon,
       scan_layers=m.scan_layers, attention_impl=attention_impl(m),
-      **overrides)
+      pruned_heads=tuple(tuple(int(h) for h in layer)
+                         for layer in m.pruned_heads),
+      layerdrop=m.layerdrop, **overrides)
 
 
 def attention_impl(m) -> str:

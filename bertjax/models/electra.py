@@ -72,7 +72,8 @@ def generator_config(cfg: bert_lib.BertConfig, hidden_fraction: float,
   return dataclasses.replace(
       cfg, hidden_size=hidden, num_layers=layers, num_heads=heads,
       intermediate_size=4 * hidden, embedding_size=cfg.embedding_width,
-      num_layer_groups=min(cfg.num_layer_groups, layers), sbo_positions=0)
+      num_layer_groups=min(cfg.num_layer_groups, layers), sbo_positions=0,
+      pruned_heads=(), layerdrop=0.0)
 
 
 def shared_embedding_config(cfg: bert_lib.BertConfig) -> bert_lib.BertConfig:

@@ -106,6 +106,13 @@ INVALID = {
                           _With(True, {'model.num_layer_groups': 1})],
     'model.attend_across_documents': [False],   # Pairs need to attend.
     'model.attention': ['flash'],
+    # The demo's 2 layers of 2 heads.
+    'model.pruned_heads': [((0,),), ((0, 1), ()), ((2,), ()), ((-1,), ()),
+                           _With(((0,), ()), _ELECTRA),
+                           _With(((0,), ()), {'model.scan_layers': True}),
+                           _With(((0,), ()), {'model.num_layer_groups': 1})],
+    'model.layerdrop': [-0.1, 1.0, _With(0.2, _ELECTRA),
+                        _With(0.2, {'model.scan_layers': True})],
     'objective.name': ['t5'],
     'objective.mlm_weight': [-1.0, _With(0.0, {'objective.nsp_weight': 0.0})],
     'objective.nsp_weight': [-1.0, _With(1.0, {'data.layout':

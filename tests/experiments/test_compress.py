@@ -1,0 +1,130 @@
+"""experiments/compress.py end to end: a trained run's heads pruned by
+importance and a LayerDrop run's layers kept, each written as a directory
+that pretraining continues from and export takes; bad requests fail
+before anything is written."""
+
+import importlib.util
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from bertjax import compress
+from bertjax import pruning
+from bertjax import runs
+from bertjax import train
+from bertjax.interop import hf_convert
+
+import preset_helpers
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location(
+    'compress_cli', os.path.join(REPO, 'experiments', 'compress.py'))
+cli = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cli)
+
+# The tiny demo at 3 layers of 2 heads, LayerDrop on, a few steps.
+FIELDS = {**preset_helpers.TINY, 'model.num_layers': 3,
+          'model.layerdrop': 0.2, 'total_steps': 4, 'num_train_steps': 0,
+          'log_every_steps': 2, 'eval_every_steps': 4,
+          'checkpoint_every_steps': 4, 'optimizer.warmup_steps': 1}
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  root = tmp_path_factory.mktemp('compress')
+  cfg = preset_helpers.set_fields(preset_helpers.load_preset('demo'), {
+      **FIELDS, 'data.data_dir': str(root / 'data')})
+  train.train_and_evaluate(cfg, str(root / 'run'))
+  return str(root / 'run'), str(root / 'data')
+
+
+def _attention_sizes(workdir):
+  params = runs.load_run(workdir).params
+  return pruning.attention_parameters(params), {
+      name: params[name]['attention']['qkv_kernel'].shape[2]
+      for name in pruning.layer_names(params)}
+
+
+@pytest.mark.e2e
+def test_pruned_heads_continue_pretraining_and_export(trained, tmp_path,
+                                                      capsys):
+  run, data_dir = trained
+  out = str(tmp_path / 'heads50')
+  cli.main(['prune_heads', f'--workdir={run}', f'--out={out}',
+            '--fraction=0.5'])
+  assert f'wrote {out}' in capsys.readouterr().out
+  record = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
+  assert record['method'] == 'prune_heads'
+  assert sum(len(h) for h in record['pruned_heads']) == 3   # Of 6.
+  before, _ = _attention_sizes(run)
+  after, heads = _attention_sizes(out)
+  d = 32
+  assert after - 3 * d == (before - 3 * d) // 2   # Weights half; biases D.
+  assert sorted(heads.values()) == [1, 1, 1]
+  # Pretraining continues from it (its config, pruned heads and all).
+  cfg = preset_helpers.set_fields(
+      preset_helpers.load_preset('imported', os.path.join(out,
+                                                          'config.json')),
+      {**preset_helpers.TINY_DATA, 'data.data_dir': data_dir,
+       'total_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
+       'checkpoint_every_steps': 1, 'optimizer.warmup_steps': 0})
+  assert tuple(map(tuple, cfg.model.pruned_heads)) == tuple(
+      map(tuple, record['pruned_heads']))
+  train.train_and_evaluate(cfg, str(tmp_path / 'continued'))
+  assert _attention_sizes(str(tmp_path / 'continued'))[1] == heads
+  exported = str(tmp_path / 'exported')
+  hf_convert.export_run(out, exported)
+  back = hf_convert.import_model(exported)
+  assert [list(h) for h in back.config.model.pruned_heads] == record[
+      'pruned_heads']
+  ours = runs.load_run(out).params
+  for name in pruning.layer_names(ours):
+    for key, value in ours[name]['attention'].items():
+      np.testing.assert_array_equal(back.params[name]['attention'][key],
+                                    value, err_msg=f'{name} {key}')
+
+
+@pytest.mark.e2e
+def test_kept_layers_are_the_run_without_the_others(trained, tmp_path):
+  run, _ = trained
+  out = str(tmp_path / 'keep2')
+  cli.main(['keep_layers', f'--workdir={run}', f'--out={out}', '--keep=2'])
+  record = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
+  assert record['layers'] == [1, 2] and record['layerdrop'] == 0.2
+  source, kept = runs.load_run(run).params, runs.load_run(out).params
+  assert pruning.layer_names(kept) == ['layer_0', 'layer_1']
+  for new, old in (('layer_0', 'layer_1'), ('layer_1', 'layer_2')):
+    for a, b in zip(jax.tree.leaves(kept[new]), jax.tree.leaves(source[old])):
+      np.testing.assert_array_equal(a, b)
+  assert runs.load_run(out).config.model.num_layers == 2
+
+
+@pytest.mark.e2e
+def test_bad_requests_fail_before_writing(trained, tmp_path, capsys):
+  run, _ = trained
+  cases = (
+      (['prune_heads', '--fraction=1.0'], 'use a fraction in (0, 1)'),
+      (['prune_heads', '--fraction=0.9'], 'every layer keeping one'),
+      (['keep_layers', '--layers=2,0'], 'distinct increasing'),
+      (['keep_layers', '--keep=4'], 'use 1 to 3 layers'),
+  )
+  for args, message in cases:
+    out = str(tmp_path / 'never')
+    with pytest.raises(SystemExit) as e:
+      cli.main([args[0], f'--workdir={run}', f'--out={out}', *args[1:]])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not os.path.exists(out)
+  with pytest.raises(SystemExit):
+    cli.main(['keep_layers', f'--workdir={run}', f'--out={run}',
+              '--layers=0'])
+  assert 'nothing is overwritten' in capsys.readouterr().err
+  # Fan et al.'s "every other": layers d = 0 (mod N / (N - keep)) go.
+  assert compress.every_other(4, 2) == [1, 3]
+  assert compress.every_other(6, 3) == [1, 3, 5]
+  assert compress.every_other(6, 4) == [1, 2, 4, 5]
+  assert compress.every_other(3, 3) == [0, 1, 2]
