@@ -89,8 +89,12 @@ def _write(run, cfg, model: bert_lib.BertConfig, params: dict, out_dir: str,
 
 def _check_out(out_dir: str) -> None:
   if storage.exists(out_dir):
-    raise CompressError(f'{out_dir!r} exists; write into a new directory '
-                        '(nothing is overwritten).')
+    unfinished = not storage.isfile(os.path.join(out_dir, SOURCE_FILE))
+    raise CompressError(
+        f'{out_dir!r} exists; write into a new directory (nothing is '
+        'overwritten)' + (f'. It has no {SOURCE_FILE}: if it is an '
+                          'unfinished compression, remove it and rerun.'
+                          if unfinished else '.'))
 
 
 def importance_fns(cfg, model: bert_lib.BertConfig):
@@ -123,21 +127,9 @@ def held_out_batches(cfg, workdir: str, num_batches: int) -> list[dict]:
           for b in batches]
 
 
-def prune_heads(workdir: str, out_dir: str, fraction: float,
-                step: int | None = None, num_batches: int = 0) -> dict:
-  """Writes ``workdir``'s run with ``fraction`` of its heads removed, the
-  least important on its held-out batches first (one round); returns
-  what was removed and measured.
-
-  ``num_batches``: held-out batches to score on (0 = the run's
-  ``eval.num_batches``).
-  """
-  _check_out(out_dir)
-  run, model, params = _load(workdir, step)
-  cfg = run.config
-  if not cfg.objective.mlm_weight:
-    raise CompressError(f'{workdir!r} has no masked-LM loss '
-                        '(objective.mlm_weight=0) to score its heads on.')
+def _check_fraction(model: bert_lib.BertConfig, fraction: float) -> int:
+  """How many more heads ``fraction`` (of all the unpruned model's)
+  removes from ``model``; a CompressError if it cannot."""
   total = model.num_layers * model.num_heads
   stored = sum(model.layer_heads(i) for i in range(model.num_layers))
   count = int(round(fraction * total)) - (total - stored)
@@ -152,15 +144,97 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
         f'{(total - model.num_layers) / total:.3f} of all can go with '
         'every layer keeping one (to remove whole layers, train with '
         'model.layerdrop and keep_layers).')
+  return count
+
+
+def prune_heads(workdir: str, out_dir: str, fraction: float,
+                step: int | None = None, num_batches: int = 0,
+                rounds: int = 1, train_steps: int = 0) -> dict:
+  """Writes ``workdir``'s run with ``fraction`` of its heads removed, the
+  least important on its held-out batches first; returns what was
+  removed and measured.
+
+  Args:
+    workdir: a bert-objective run (or a directory this module wrote).
+    out_dir: the new directory.
+    fraction: of all the heads of the unpruned model, the share removed
+      when done.
+    step: the run's checkpoint (None = the latest).
+    num_batches: held-out batches to score on (0 = ``eval.num_batches``).
+    rounds: prune in this many equal rounds, scoring again each time
+      (Michel et al. Sec. 4.2 prune iteratively).
+    train_steps: pretraining steps between two rounds, on the run's own
+      config (its data, objective and peak rate; warmup a tenth), so the
+      heads left adapt before they are scored again. The rounds and their
+      runs are kept under ``out_dir + '.rounds'``; a rerun resumes them.
+  """
+  _check_out(out_dir)
+  if rounds < 1 or train_steps < 0:
+    raise CompressError(f'rounds={rounds} and train_steps={train_steps}: '
+                        'use rounds >= 1 and train_steps >= 0.')
+  run, model, params = _load(workdir, step)
+  if not run.config.objective.mlm_weight:
+    raise CompressError(f'{workdir!r} has no masked-LM loss '
+                        '(objective.mlm_weight=0) to score its heads on.')
+  for r in range(1, rounds + 1):   # Every round must remove a head.
+    _check_fraction(model, fraction * r / rounds)
+  original = pruning.attention_parameters(params)
+  work = f'{out_dir.rstrip(os.sep)}.rounds'
+  history = []
+  for r in range(1, rounds + 1):
+    last = r == rounds
+    target = out_dir if last else os.path.join(work, f'round_{r}')
+    if storage.isfile(os.path.join(target, SOURCE_FILE)):   # Done before.
+      record = json.loads(storage.read_text(os.path.join(target,
+                                                         SOURCE_FILE)))
+    else:
+      if not last:   # An earlier attempt's unfinished round: ours to redo.
+        storage.rmtree(target)
+      record = _prune_round(run, model, params, target,
+                            fraction * r / rounds, num_batches)
+    history.append({k: v for k, v in record.items() if k != 'importance'})
+    if last:
+      break
+    source = target
+    if train_steps:
+      source = os.path.join(work, f'round_{r}_trained')
+      train.train_and_evaluate(_continued_config(target, train_steps),
+                               source)
+    run, model, params = _load(source, None)
+  record['rounds'] = history
+  record['attention_parameters'] = [original,
+                                    record['attention_parameters'][1]]
+  storage.write_text(os.path.join(out_dir, SOURCE_FILE),
+                     json.dumps({'workdir': workdir, **record}, indent=2,
+                                sort_keys=True))
+  return record
+
+
+def _continued_config(directory: str, steps: int):
+  """Pretraining ``steps`` from a directory this module wrote: its run's
+  config, warmup a tenth of the steps, checkpoints at the end."""
+  cfg = config_lib.from_saved(json.loads(storage.read_text(
+      os.path.join(directory, 'config.json'))))
+  cfg.total_steps, cfg.num_train_steps = steps, 0
+  cfg.optimizer.warmup_steps = steps // 10
+  cfg.checkpoint_every_steps = steps
+  cfg.eval_every_steps = min(cfg.eval_every_steps, steps)
+  cfg.log_every_steps = min(cfg.log_every_steps, steps)
+  return cfg
+
+
+def _prune_round(run, model: bert_lib.BertConfig, params: dict,
+                 out_dir: str, fraction: float, num_batches: int) -> dict:
+  """One round: score the stored heads and remove the least important
+  until ``fraction`` of all are gone; writes ``out_dir``."""
+  cfg = run.config
+  count = _check_fraction(model, fraction)
   encoder = auxiliary.drop_heads(params)
-  batches = held_out_batches(cfg, workdir, num_batches
-                             or cfg.eval.num_batches)
+  batches = held_out_batches(cfg, run.workdir,
+                             num_batches or cfg.eval.num_batches)
   loss, apply = importance_fns(cfg, model)
   importance = pruning.head_importance(loss, apply, encoder, batches)
-  try:
-    remove = pruning.least_important(importance, count)
-  except ValueError as e:
-    raise CompressError(str(e)) from e
+  remove = pruning.least_important(importance, count)
   params, pruned = pruning.remove_heads(params, model, remove)
   record = {
       'method': 'prune_heads', 'fraction': fraction,

@@ -1,9 +1,10 @@
 """Makes a trained run smaller: one sub-command per method.
 
   # Michel et al.'s head pruning: half the heads, least important first
-  # (importance on the run's own held-out batches).
+  # (importance on the run's own held-out batches); in 2 rounds with 200
+  # pretraining steps between them.
   python experiments/compress.py prune_heads --workdir=runs/demo \\
-      --out=runs/demo-heads50 --fraction=0.5
+      --out=runs/demo-heads50 --fraction=0.5 --rounds=2 --train_steps=200
 
   # LayerDrop's pruning at inference: keep layers 0 and 2 of a run trained
   # with model.layerdrop > 0 (or --keep=N: N layers spread evenly).
@@ -57,6 +58,13 @@ def main(argv=None) -> None:
       sub.add_argument('--batches', type=int, default=0,
                        help='held-out batches to score on (default: the '
                        'run\'s eval.num_batches).')
+      sub.add_argument('--rounds', type=int, default=1,
+                       help='prune in this many equal rounds, scoring the '
+                       'heads left again each time.')
+      sub.add_argument('--train_steps', type=int, default=0,
+                       help='pretraining steps between two rounds (the '
+                       'run\'s own config); rounds and runs are kept in '
+                       'OUT.rounds, and a rerun resumes them.')
     else:
       which = sub.add_mutually_exclusive_group(required=True)
       which.add_argument('--layers', type=_layers,
@@ -68,7 +76,8 @@ def main(argv=None) -> None:
   try:
     if args.command == 'prune_heads':
       record = compress.prune_heads(args.workdir, args.out, args.fraction,
-                                    args.step, args.batches)
+                                    args.step, args.batches, args.rounds,
+                                    args.train_steps)
     else:
       layers = args.layers
       if layers is None:
@@ -78,8 +87,8 @@ def main(argv=None) -> None:
                                     args.step)
   except compress.CompressError as e:
     parser.exit(2, f'compress: {e}\n')
-  print(json.dumps({k: v for k, v in record.items() if k != 'importance'},
-                   sort_keys=True))
+  print(json.dumps({k: v for k, v in record.items()
+                    if k not in ('importance', 'rounds')}, sort_keys=True))
   print(f'wrote {args.out}')
 
 

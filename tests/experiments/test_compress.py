@@ -7,15 +7,19 @@ import importlib.util
 import json
 import os
 
+import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from bertjax import compress
+from bertjax import finetune
 from bertjax import pruning
 from bertjax import runs
 from bertjax import train
 from bertjax.interop import hf_convert
+from bertjax.models import heads as heads_lib
 
 import preset_helpers
 
@@ -76,6 +80,15 @@ def test_pruned_heads_continue_pretraining_and_export(trained, tmp_path,
       map(tuple, record['pruned_heads']))
   train.train_and_evaluate(cfg, str(tmp_path / 'continued'))
   assert _attention_sizes(str(tmp_path / 'continued'))[1] == heads
+  # Fine-tuning builds its encoder with the pruned layers' shapes.
+  pretrained = finetune.load_pretrained(out)
+  model = heads_lib.DownstreamModel(pretrained.model, 'classification', 3)
+  ids = jnp.zeros((1, 8), jnp.int32)
+  abstract = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), ids,
+                                     ids, ids)['params'])
+  for name in pruning.layer_names(pretrained.params):
+    assert jax.tree.map(np.shape, abstract[name]) == jax.tree.map(
+        np.shape, pretrained.params[name])
   exported = str(tmp_path / 'exported')
   hf_convert.export_run(out, exported)
   back = hf_convert.import_model(exported)
@@ -128,3 +141,35 @@ def test_bad_requests_fail_before_writing(trained, tmp_path, capsys):
   assert compress.every_other(6, 3) == [1, 3, 5]
   assert compress.every_other(6, 4) == [1, 2, 4, 5]
   assert compress.every_other(3, 3) == [0, 1, 2]
+
+
+@pytest.mark.e2e
+def test_rounds_prune_train_and_resume(trained, tmp_path, capsys):
+  """Two rounds with 2 pretraining steps between: 2 heads, then 1 more
+  scored on the trained model; a rerun reuses the finished rounds."""
+  run, _ = trained
+  out = str(tmp_path / 'rounds')
+  args = ['prune_heads', f'--workdir={run}', f'--out={out}',
+          '--fraction=0.5', '--rounds=2', '--train_steps=2']
+  cli.main(args)
+  record = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
+  assert [r['fraction'] for r in record['rounds']] == [0.25, 0.5]
+  first = record['rounds'][0]['pruned_heads']
+  assert sum(len(h) for h in first) == 2
+  assert sum(len(h) for h in record['pruned_heads']) == 3
+  assert all(set(a) <= set(b) for a, b in zip(first,
+                                               record['pruned_heads']))
+  trained_round = os.path.join(f'{out}.rounds', 'round_1_trained')
+  assert runs.load_run(trained_round).step == 2
+  before, after = record['attention_parameters']
+  assert before == _attention_sizes(run)[0]
+  assert after == _attention_sizes(out)[0]
+  # Rerun into a new final directory: round 1 and its run are reused.
+  marker = os.path.join(f'{out}.rounds', 'round_1', compress.SOURCE_FILE)
+  stamp = os.stat(marker).st_mtime_ns
+  os.rename(out, str(tmp_path / 'moved'))
+  capsys.readouterr()
+  cli.main(args)
+  assert os.stat(marker).st_mtime_ns == stamp
+  again = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
+  assert again['pruned_heads'] == record['pruned_heads']
