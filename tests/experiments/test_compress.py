@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import transformers
 
 from bertjax import compress
 from bertjax import finetune
@@ -114,6 +115,11 @@ def test_kept_layers_are_the_run_without_the_others(trained, tmp_path):
     for a, b in zip(jax.tree.leaves(kept[new]), jax.tree.leaves(source[old])):
       np.testing.assert_array_equal(a, b)
   assert runs.load_run(out).config.model.num_layers == 2
+  exported = str(tmp_path / 'exported')
+  hf_convert.export_run(out, exported)
+  model, info = transformers.BertForPreTraining.from_pretrained(
+      exported, output_loading_info=True)
+  assert not any(info.values()) and len(model.bert.encoder.layer) == 2
 
 
 @pytest.mark.e2e
