@@ -41,18 +41,23 @@ PEAK_BF16_FLOPS = (
 )
 
 
-def layer_forward(d: int, f: int, s: int) -> float:
-  """Forward FLOPs per token of one encoder layer."""
-  return 8 * d * d + 4 * s * d + 4 * d * f
+def layer_forward(d: int, f: int, s: int, a: int | None = None) -> float:
+  """Forward FLOPs per token of one encoder layer whose attention is ``a``
+  wide (its heads times their width; None = d, no head pruned)."""
+  a = d if a is None else a
+  return 8 * d * a + 4 * s * a + 4 * d * f
 
 
 def encoder_forward(cfg: bert_lib.BertConfig, s: int) -> float:
   """Forward FLOPs per token of the embedding projection and the layers
-  (shared layers cost each time they run)."""
+  (shared layers cost each time they run; a pruned layer's attention
+  only for the heads it keeps)."""
   projection = 2 * cfg.embedding_width * cfg.hidden_size if (
       cfg.factorized) else 0
-  return projection + cfg.num_layers * layer_forward(
-      cfg.hidden_size, cfg.intermediate_size, s)
+  return projection + sum(
+      layer_forward(cfg.hidden_size, cfg.intermediate_size, s,
+                    cfg.layer_heads(i) * cfg.head_dim)
+      for i in range(cfg.num_layers))
 
 
 def mlm_head_forward(cfg: bert_lib.BertConfig) -> float:

@@ -28,6 +28,18 @@ def test_layer_by_hand():
   assert flops.layer_forward(2, 8, 3) == 32 + 24 + 64
 
 
+def test_a_pruned_layer_costs_only_its_heads():
+  # BERT-base with layer 0 down to 4 of its 12 heads (a = 4 x 64 = 256):
+  # its Q, K, V, O cost 4 x 2 d a and its scores and AV 2 x 2 s a.
+  model = bert.BertConfig.from_size('base', vocab_size=30522)
+  pruned = dataclasses.replace(
+      model, pruned_heads=(tuple(range(8)),) + ((),) * 11)
+  d, a, s = 768, 256, 128
+  saved = 8 * d * (d - a) + 4 * s * (d - a)
+  assert flops.encoder_forward(model, s) - flops.encoder_forward(
+      pruned, s) == saved
+
+
 @pytest.mark.parametrize('size, seq, predictions, expected', [
     ('base', 128, 20, 0.545e9), ('large', 512, 80, 1.99e9)])
 def test_bert_matches_the_published_figures(size, seq, predictions,
