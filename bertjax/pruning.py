@@ -73,12 +73,12 @@ def head_importance(loss: Callable, apply: Callable, params: dict,
   if first is None:
     raise ValueError('head importance needs at least one batch of data.')
   gates = head_gates(apply, params, first)
-  grad = jax.jit(jax.grad(lambda g, b: loss({'params': params, GATES: g},
-                                            b)))
+  # The parameters are an argument, not constants compiled into the program.
+  grad = jax.jit(jax.grad(lambda g, p, b: loss({'params': p, GATES: g}, b)))
   total = None
   for batch in [first, *batches]:
     scores = jax.tree.map(lambda g: np.abs(np.asarray(g, np.float64)),
-                          grad(gates, batch))
+                          grad(gates, params, batch))
     total = scores if total is None else jax.tree.map(np.add, total, scores)
   out = []
   for name in layer_names(total):
@@ -97,13 +97,14 @@ def least_important(importance: list[np.ndarray], count: int
                  for head, score in enumerate(scores))
   left = [len(scores) for scores in importance]
   chosen: dict[int, list[int]] = {}
+  found = 0
   for _, layer, head in order:
-    if len(jax.tree.leaves(chosen)) == count:
+    if found == count:
       break
     if left[layer] > 1:
       left[layer] -= 1
+      found += 1
       chosen.setdefault(layer, []).append(head)
-  found = len(jax.tree.leaves(chosen))
   if found < count:
     raise ValueError(f'cannot remove {count} heads: {found} can go with '
                      'every layer keeping one.')
