@@ -179,6 +179,7 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
   for r in range(1, rounds + 1):   # Every round must remove a head.
     _check_fraction(model, fraction * r / rounds)
   original = pruning.attention_parameters(params)
+  source_step = run.step
   work = f'{out_dir.rstrip(os.sep)}.rounds'
   history = []
   for r in range(1, rounds + 1):
@@ -205,8 +206,8 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
   record['attention_parameters'] = [original,
                                     record['attention_parameters'][1]]
   storage.write_text(os.path.join(out_dir, SOURCE_FILE),
-                     json.dumps({'workdir': workdir, **record}, indent=2,
-                                sort_keys=True))
+                     json.dumps({'workdir': workdir, 'step': source_step,
+                                 **record}, indent=2, sort_keys=True))
   return record
 
 
@@ -248,12 +249,15 @@ def _prune_round(run, model: bert_lib.BertConfig, params: dict,
   return record
 
 
-def keep_layers(workdir: str, out_dir: str, layers, step: int | None = None
-                ) -> dict:
+def keep_layers(workdir: str, out_dir: str, layers=None,
+                step: int | None = None, keep: int = 0) -> dict:
   """Writes ``workdir``'s run with only ``layers`` (LayerDrop's pruning
-  at inference); returns the record written beside it."""
+  at inference), or with ``keep`` layers spread evenly (``every_other``);
+  returns the record written beside it."""
   _check_out(out_dir)
   run, model, params = _load(workdir, step)
+  if layers is None:
+    layers = every_other(model.num_layers, keep)
   try:
     params, kept = pruning.keep_layers(params, model, layers)
   except ValueError as e:
@@ -274,7 +278,3 @@ def every_other(num_layers: int, keep: int) -> list[int]:
   return sorted({num_layers - 1 - int(math.floor(i * step))
                  for i in range(keep)})
 
-
-def layer_count(workdir: str, step: int | None = None) -> int:
-  """The encoder layers of ``workdir``'s run."""
-  return _load(workdir, step)[1].num_layers

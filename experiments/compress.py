@@ -79,12 +79,8 @@ def main(argv=None) -> None:
                                     args.step, args.batches, args.rounds,
                                     args.train_steps)
     else:
-      layers = args.layers
-      if layers is None:
-        layers = compress.every_other(
-            compress.layer_count(args.workdir, args.step), args.keep)
-      record = compress.keep_layers(args.workdir, args.out, layers,
-                                    args.step)
+      record = compress.keep_layers(args.workdir, args.out, args.layers,
+                                    args.step, args.keep or 0)
   except compress.CompressError as e:
     parser.exit(2, f'compress: {e}\n')
   print(json.dumps({k: v for k, v in record.items()

@@ -64,6 +64,7 @@ def test_pruned_heads_continue_pretraining_and_export(trained, tmp_path,
   assert f'wrote {out}' in capsys.readouterr().out
   record = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
   assert record['method'] == 'prune_heads'
+  assert record['workdir'] == run and record['step'] == 4
   assert sum(len(h) for h in record['pruned_heads']) == 3   # Of 6.
   before, _ = _attention_sizes(run)
   after, heads = _attention_sizes(out)
