@@ -111,6 +111,16 @@ def least_important(importance: list[np.ndarray], count: int
   return {layer: sorted(heads) for layer, heads in sorted(chosen.items())}
 
 
+def _model_layers(params: dict, model: bert_lib.BertConfig) -> list[str]:
+  """``layer_names(params)``, one per layer of ``model`` (else an error)."""
+  names = layer_names(params)
+  if len(names) != model.num_layers:
+    raise ValueError(f'the parameters have {len(names)} layers and the '
+                     f'model {model.num_layers}: give unshared, unscanned '
+                     'layers.')
+  return names
+
+
 def _kept_heads(model: bert_lib.BertConfig, layer: int) -> list[int]:
   """The original indices of ``layer``'s stored heads, in storage order."""
   pruned = set(model.pruned_heads[layer]) if model.pruned_heads else set()
@@ -127,11 +137,11 @@ def remove_heads(params: dict, model: bert_lib.BertConfig,
     ValueError: a layer or head that is not there, or a layer left with no
       head.
   """
-  names = layer_names(params)
-  if len(names) != model.num_layers:
-    raise ValueError(f'the parameters have {len(names)} layers and the '
-                     f'model {model.num_layers}: give unshared, unscanned '
-                     'layers.')
+  names = _model_layers(params, model)
+  unknown = set(remove) - set(range(len(names)))
+  if unknown:
+    raise ValueError(f'no layer {sorted(unknown)}: the model has '
+                     f'{len(names)}.')
   params = dict(params)
   pruned = []
   for layer, name in enumerate(names):
@@ -148,10 +158,6 @@ def remove_heads(params: dict, model: bert_lib.BertConfig,
     params[name] = dict(params[name], attention=attention)
     removed = set(range(model.num_heads)) - {kept[h] for h in stay}
     pruned.append(tuple(sorted(removed)))
-  unknown = set(remove) - set(range(len(names)))
-  if unknown:
-    raise ValueError(f'no layer {sorted(unknown)}: the model has '
-                     f'{len(names)}.')
   pruned = tuple(pruned) if any(pruned) else ()
   return params, dataclasses.replace(model, pruned_heads=pruned)
 
@@ -162,11 +168,7 @@ def keep_layers(params: dict, model: bert_lib.BertConfig,
   from 0), the rest of the tree as it was: LayerDrop's pruning at
   inference (Fan et al. Sec. 4)."""
   layers = list(layers)
-  names = layer_names(params)
-  if len(names) != model.num_layers:
-    raise ValueError(f'the parameters have {len(names)} layers and the '
-                     f'model {model.num_layers}: give unshared, unscanned '
-                     'layers.')
+  names = _model_layers(params, model)
   if (not layers or sorted(set(layers)) != layers
       or not all(0 <= i < len(names) for i in layers)):
     raise ValueError(f'layers={layers}: give distinct increasing layers in '
