@@ -54,6 +54,10 @@ setuptools.setup(
         'zstandard>=0.22,<1',
         # gs:// paths (bertjax/storage.py): fsspec's Cloud Storage client.
         'gcsfs>=2024.6,<2027',
+        # Q8BERT's 8-bit quantization-aware training and int8 inference
+        # (bertjax/quantization.py). Below 0.2: bertjax reads its providers'
+        # WithAux and QArray, which a minor release may move.
+        'qwix>=0.1.8,<0.2',
     ],
     extras_require={
         # torch: transformers runs the exported models in the tests; the

@@ -17,15 +17,23 @@ import json
 import math
 import os
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
 import numpy as np
+import qwix
+from safetensors import numpy as st_numpy
 
 from bertjax import config_lib
+from bertjax import finetune
 from bertjax import pruning
+from bertjax import quantization
 from bertjax import runs
 from bertjax import storage
 from bertjax import train
 from bertjax.interop import hf_convert
 from bertjax.models import bert as bert_lib
+from bertjax.models import heads
 from bertjax.objectives import auxiliary
 from bertjax.objectives import base
 from bertjax.objectives import bert as bert_objective
@@ -35,6 +43,7 @@ from data_pipelines import tokenizer as tokenizer_lib
 
 # What a compressed workdir records of how it was made.
 SOURCE_FILE = 'compression.json'
+_INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
 
 
 class CompressError(ValueError):
@@ -278,3 +287,151 @@ def every_other(num_layers: int, keep: int) -> list[int]:
   return sorted({num_layers - 1 - int(math.floor(i * step))
                  for i in range(keep)})
 
+
+# ---------------------------------------------------------------------------
+# The int8 export: the kernels and tables as int8 with their scales.
+
+INT8_WEIGHTS = 'int8.safetensors'
+INT8_CONFIG = 'int8_config.json'
+_DTYPES = ('dtype', 'param_dtype')
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {jax.tree_util.keystr(path, simple=True, separator='/'):
+          np.asarray(leaf) for path, leaf in leaves}
+
+
+def _serialized(params) -> bytes:
+  """``params`` (float, or ``quantization.int8_params``) as the bytes of a safetensors
+  file: what they take on disk."""
+  return st_numpy.save(_flat(params))
+
+
+def _model_json(model) -> dict:
+  cfg = {f.name: getattr(model.cfg, f.name)
+         for f in dataclasses.fields(model.cfg)}
+  for name in _DTYPES:
+    cfg[name] = jnp.dtype(cfg[name]).name
+  return {'model': cfg, 'kind': model.kind, 'num_labels': model.num_labels,
+          'layer_mix': model.layer_mix, 'pooling': model.pooling,
+          'qwix': qwix.__version__}
+
+
+def _model_from_json(meta: dict):
+  cfg = dict(meta['model'])
+  for name in _DTYPES:
+    cfg[name] = jnp.dtype(cfg[name])
+  cfg['pruned_heads'] = tuple(tuple(layer) for layer in cfg['pruned_heads'])
+  return heads.DownstreamModel(
+      bert_lib.BertConfig(**cfg), meta['kind'], meta['num_labels'],
+      layer_mix=meta['layer_mix'], pooling=meta['pooling'])
+
+
+def _abstract_int8(model, seq_length: int):
+  ids = jnp.zeros((1, seq_length), jnp.int32)
+  inputs = (ids, ids, ids + 1)
+  boxed = jax.eval_shape(model.init, jax.random.PRNGKey(0), *inputs)
+  return jax.eval_shape(lambda p: quantization.int8_params(model, p, *inputs),
+                        nn.unbox(boxed['params']))
+
+
+def save_int8(directory: str, model, params) -> None:
+  """``quantization.int8_params`` of ``model`` (a ``DownstreamModel``) into ``directory``
+  (which exists): ``INT8_WEIGHTS`` and ``INT8_CONFIG``, which
+  ``load_int8`` reads back."""
+  storage.write_bytes(os.path.join(directory, INT8_WEIGHTS),
+                      _serialized(params))
+  storage.write_text(os.path.join(directory, INT8_CONFIG),
+                     json.dumps(_model_json(model), indent=2, sort_keys=True))
+
+
+def load_int8(directory: str):
+  """(``quantization.int8_model``, its int8 parameters) from ``save_int8``'s
+  ``directory``: ``model.apply({'params': params}, input_ids,
+  token_type_ids, attention_mask)`` gives the logits.
+
+  Raises:
+    ValueError: the files do not hold that model's int8 parameters.
+  """
+  meta = json.loads(storage.read_text(os.path.join(directory, INT8_CONFIG)))
+  model = _model_from_json(meta)
+  abstract = _abstract_int8(model, 8)
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract)
+  keys = [jax.tree_util.keystr(p, simple=True, separator='/')
+          for p, _ in leaves]
+  tensors = st_numpy.load(storage.read_bytes(
+      os.path.join(directory, INT8_WEIGHTS)))
+  missing, unexpected = set(keys) - set(tensors), set(tensors) - set(keys)
+  wrong = [k for (_, leaf), k in zip(leaves, keys) if k in tensors and (
+      tensors[k].shape != leaf.shape or tensors[k].dtype != leaf.dtype)]
+  if missing or unexpected or wrong:
+    raise ValueError(
+        f'{directory!r} does not hold the int8 parameters of its '
+        f'{INT8_CONFIG}: missing {sorted(missing)}, unexpected '
+        f'{sorted(unexpected)}, of another shape or type {wrong}; write it '
+        'again with experiments/compress.py int8.')
+  params = jax.tree_util.tree_unflatten(
+      treedef, [jnp.asarray(tensors[k]) for k in keys])
+  return quantization.int8_model(model), params
+
+
+def _logits(model, params, data: dict, batch_size: int) -> np.ndarray:
+  """``model``'s logits on every row of ``data`` (its inputs)."""
+  apply = jax.jit(lambda p, *inputs: model.apply({'params': p}, *inputs))
+  n = len(data['input_ids'])
+  return np.concatenate([np.asarray(apply(params, *(
+      jnp.asarray(data[k][start:start + batch_size]) for k in _INPUTS)))
+                         for start in range(0, n, batch_size)])
+
+
+def int8(workdir: str, out_dir: str) -> dict:
+  """Q8BERT's int8 model of ``workdir`` (a fine-tuning run trained with
+  ``model.quantize=int8``), written to ``out_dir`` (new) with its
+  tokenizer; ``load_int8(out_dir)`` reads it back. Returns (and writes to
+  ``SOURCE_FILE``) what it measured on the task's held-out set: the
+  largest difference between the int8 path's logits and the training
+  forward's, both models' metrics, the int8 model's predictions
+  (``eval_predictions``, ``eval_labels``), and the bytes of the float32
+  and the int8 parameters as safetensors files."""
+  _check_out(out_dir)
+  try:
+    run = finetune.read_run(workdir)
+  except finetune.FinetuneError as e:
+    raise CompressError(str(e)) from e
+  if run.model.cfg.quantize == 'none':
+    raise CompressError(
+        f'{workdir!r} was fine-tuned in float: fine-tune with '
+        "--config.model.quantize=int8 (Q8BERT's quantization-aware "
+        'training) and convert that run.')
+  if run.task.kind not in ('classification', 'regression'):
+    raise CompressError(f'{workdir!r} is a {run.task.kind} task; the int8 '
+                        'export covers classification and regression.')
+  data = finetune.encode_task(run.config, run.pretrained.tokenizer).eval
+  first = tuple(jnp.asarray(data[k][:1]) for k in _INPUTS)
+  params8 = quantization.int8_params(run.model, run.params, *first)
+  batch = run.config.batch_size
+  trained = _logits(run.model, run.params, data, batch)
+  served = _logits(quantization.int8_model(run.model), params8, data, batch)
+  float32 = jax.tree.map(lambda x: np.asarray(x, np.float32), run.params)
+  record = {
+      'workdir': workdir, 'step': run.step, 'method': 'int8',
+      'max_abs_logit_difference': float(np.abs(trained - served).max()),
+      'fake_quantized_metrics': finetune.evaluate_task(
+          run.task, trained, data, run.config),
+      'int8_metrics': finetune.evaluate_task(run.task, served, data,
+                                             run.config),
+      'float32_bytes': len(_serialized(float32)),
+      'int8_bytes': len(_serialized(params8)),
+  }
+  record['int8_fraction_of_float32'] = (record['int8_bytes']
+                                        / record['float32_bytes'])
+  # The int8 model's held-out predictions, for intervals over examples.
+  record.update(finetune.per_example_predictions(run.task.kind, served,
+                                                 data['label']))
+  storage.makedirs(out_dir)
+  save_int8(out_dir, run.model, params8)
+  run.pretrained.tokenizer.save(os.path.join(out_dir, 'tokenizer.model'))
+  storage.write_text(os.path.join(out_dir, SOURCE_FILE),
+                     json.dumps(record, indent=2, sort_keys=True))
+  return record

@@ -721,6 +721,11 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
          "and pruned heads are the bert objective's encoder's (ELECTRA and "
          'distillation build their networks otherwise); use 0 and ().',
          errors)
+  _check(o.name == 'bert' or m.quantize == 'none',
+         f'model.quantize={m.quantize!r} with objective.name={o.name!r}: '
+         "8-bit training quantizes the bert objective's encoder and heads "
+         '(ELECTRA and distillation build their networks otherwise); use '
+         "'none'.", errors)
   _check(d.max_seq_length <= m.max_position_embeddings,
          f'data.max_seq_length={d.max_seq_length} exceeds '
          f'model.max_position_embeddings={m.max_position_embeddings}: the '

@@ -53,10 +53,12 @@ from bertjax.interop import hf_convert
 from bertjax.runtime import metric_writers
 from bertjax import objectives
 from bertjax import optim
+from bertjax import quantization
 from bertjax import runs
 from bertjax import sharding
 from bertjax import storage
 from bertjax import train as train_lib
+from bertjax.models import config as model_config
 from bertjax.models import heads
 from data_pipelines import downstream
 from data_pipelines import tokenizer as tokenizer_lib
@@ -137,6 +139,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.hidden_dropout_rate = 0.1
   c.model.attention_dropout_rate = 0.1
   c.model.dtype = ''              # '' = the pretrained run's.
+  c.model.quantize = ''           # none | int8 (Q8BERT's quantization-
+                                  # aware fine-tuning) | '' = the
+                                  # pretrained run's.
+  c.model.quantize_layers = ''    # A regular expression over module
+                                  # paths; '' = the pretrained run's.
   c.optimizer = ml_collections.ConfigDict()
   c.optimizer.name = 'bert_adamw'
   c.optimizer.schedule = 'bert_linear'
@@ -195,6 +202,9 @@ def validate(cfg, check_init: bool = True) -> None:
   check(cfg.model.dtype in ('', 'float32', 'bfloat16'),
         f'model.dtype={cfg.model.dtype!r}; use float32, bfloat16 or \'\' '
         '(the pretrained run\'s).')
+  if cfg.model.quantize or cfg.model.quantize_layers:
+    model_config.check_quantize(cfg.model.quantize or 'int8',
+                                cfg.model.quantize_layers or '.*', errors)
   for name in ('hidden_dropout_rate', 'attention_dropout_rate'):
     rate = cfg.model[name]
     check(0 <= rate < 1, f'model.{name}={rate} must be in [0, 1).')
@@ -286,6 +296,58 @@ def _load_multitask(workdir: str, step: int) -> Pretrained:
                              params=encoder)
 
 
+@dataclasses.dataclass(frozen=True)
+class Finetuned:
+  """A fine-tuning run, read back: what task distillation's teacher and
+  the int8 export (bertjax/compress.py) start from."""
+  workdir: str
+  config: Any                 # Its fine-tuning config.
+  pretrained: Pretrained      # What it was fine-tuned from.
+  task: downstream.Task
+  model: heads.DownstreamModel   # Quantized where the run trained so.
+  params: dict                # Host arrays, at ``step``.
+  step: int
+
+
+def read_run(workdir: str) -> Finetuned:
+  """The fine-tuning run in ``workdir`` at its latest checkpoint.
+
+  Raises:
+    FinetuneError: it is no fine-tuning run, or has no checkpoint.
+  """
+  try:
+    meta = json.loads(storage.read_text(os.path.join(workdir, _META)))
+  except FileNotFoundError as e:
+    raise FinetuneError(f'{workdir!r} is not a fine-tuning run\'s workdir '
+                        f'(it has no {_META}): fine-tune on the task first '
+                        '(experiments/finetune.py).') from e
+  cfg = _with_defaults(ml_collections.ConfigDict(meta['config']),
+                       base_config())
+  pretrained = load_pretrained(cfg.init, cfg.init_step)
+  directory = os.path.join(workdir, 'checkpoints')
+  step = checkpoint_lib.latest_step(directory)
+  if step is None:
+    raise FinetuneError(f'{workdir!r} has no checkpoint.')
+  params = jax.tree.map(np.asarray, checkpoint_lib.restore_as_saved(
+      directory, step)['params'])
+  task, _ = load_task(cfg)
+  model = quantization.quantized(heads.DownstreamModel(
+      downstream_config(cfg, pretrained), task.kind, task.num_labels,
+      layer_mix=cfg.mode == 'weighted_layers', pooling=cfg.pooling))
+  return Finetuned(workdir, cfg, pretrained, task, model, params, step)
+
+
+def _with_defaults(saved, defaults):
+  """``saved`` (a run's config) with the fields added since at their
+  defaults."""
+  for key, value in defaults.items():
+    if key not in saved:
+      saved[key] = value
+    elif isinstance(value, ml_collections.ConfigDict):
+      _with_defaults(saved[key], value)
+  return saved
+
+
 def downstream_config(cfg, pretrained: Pretrained):
   """The encoder's config for fine-tuning with ``cfg``."""
   m = cfg.model
@@ -295,7 +357,9 @@ def downstream_config(cfg, pretrained: Pretrained):
       attention_dropout_rate=m.attention_dropout_rate,
       dtype=jnp.dtype(m.dtype) if m.dtype else model.dtype,
       adapter_size=cfg.adapter_size if cfg.mode == 'adapters' else 0,
-      layerdrop=0.0)   # Pretraining's; fine-tuning trains every layer.
+      layerdrop=0.0,   # Pretraining's; fine-tuning trains every layer.
+      quantize=m.quantize or model.quantize,
+      quantize_layers=m.quantize_layers or model.quantize_layers)
 
 
 # ---------------------------------------------------------------------------
@@ -584,9 +648,9 @@ def finetune(cfg, workdir: str) -> dict:
   place = train_lib.make_placement(cfg)
 
   # ---- Model and optimizer (on the trainable parameters only).
-  model = heads.DownstreamModel(model_cfg, task.kind, task.num_labels,
-                                layer_mix=cfg.mode == 'weighted_layers',
-                                pooling=cfg.pooling)
+  model = quantization.quantized(heads.DownstreamModel(
+      model_cfg, task.kind, task.num_labels,
+      layer_mix=cfg.mode == 'weighted_layers', pooling=cfg.pooling))
   steps = make_steps(cfg, model, total_steps, unfreeze_every)
 
   with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):

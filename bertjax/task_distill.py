@@ -167,30 +167,21 @@ def read_teacher(cfg) -> Teacher:
     DistillError: it has no checkpoint, was fine-tuned on another task, or
       is not sentence-level.
   """
-  meta = json.loads(storage.read_text(os.path.join(cfg.teacher,
-                                                   _FINETUNE_META)))
-  t_cfg = ml_collections.ConfigDict(meta['config'])
+  try:
+    run = finetune.read_run(cfg.teacher)
+  except finetune.FinetuneError as e:
+    raise DistillError(f'teacher={cfg.teacher!r}: {e}') from e
   ours = json.loads(json.dumps(cfg.task.to_dict()))
-  if meta['config']['task'] != ours:
+  theirs = json.loads(json.dumps(run.config.task.to_dict()))
+  if theirs != ours:
     raise DistillError(f'teacher={cfg.teacher!r} was fine-tuned on task '
-                       f'{meta["config"]["task"]}; this run distils {ours}: '
-                       'use the same task settings.')
-  pretrained = finetune.load_pretrained(t_cfg.init, t_cfg.init_step)
-  directory = os.path.join(cfg.teacher, 'checkpoints')
-  step = checkpoint_lib.latest_step(directory)
-  if step is None:
-    raise DistillError(f'teacher={cfg.teacher!r} has no checkpoint.')
-  params = jax.tree.map(np.asarray, checkpoint_lib.restore_as_saved(
-      directory, step)['params'])
-  task, _ = finetune.load_task(t_cfg)
-  if task.kind not in KINDS:
-    raise DistillError(f'task {task.name!r} is a {task.kind} task; task '
-                       f'distillation covers {KINDS} (TinyBERT\'s GLUE).')
-  model = heads.DownstreamModel(
-      finetune.downstream_config(t_cfg, pretrained), task.kind,
-      task.num_labels, layer_mix=t_cfg.mode == 'weighted_layers',
-      pooling=t_cfg.pooling)
-  return Teacher(cfg.teacher, t_cfg, pretrained, model, params)
+                       f'{theirs}; this run distils {ours}: use the same '
+                       'task settings.')
+  if run.task.kind not in KINDS:
+    raise DistillError(f'task {run.task.name!r} is a {run.task.kind} task; '
+                       f'task distillation covers {KINDS} (TinyBERT\'s GLUE).')
+  return Teacher(cfg.teacher, run.config, run.pretrained, run.model,
+                 run.params)
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,14 @@
   python experiments/compress.py keep_layers --workdir=runs/ld \\
       --out=runs/ld-keep02 --layers=0,2
 
-Each writes a new directory that fine-tuning (``init=DIR``), export
+  # Q8BERT's int8 model of a fine-tuning run trained with
+  # --config.model.quantize=int8: the kernels and tables as int8 with
+  # their scales (bertjax.compress.load_int8 reads them back), checked
+  # against the run's fake-quantized forward on the held-out set.
+  python experiments/compress.py int8 --workdir=runs/demo-q8 \\
+      --out=runs/demo-q8-int8
+
+The first two write a new directory that fine-tuning (``init=DIR``), export
 (experiments/export.py, with transformers' ``pruned_heads``) and continued
 pretraining (``experiments/configs/imported.py:DIR/config.json``) take
 like a run, with ``compression.json`` saying how it was made.
@@ -72,9 +79,17 @@ def main(argv=None) -> None:
       which.add_argument('--keep', type=int,
                          help='this many layers, spread evenly, the last '
                          'one kept.')
+  sub = commands.add_parser('int8', help="Q8BERT's int8 model of a "
+                            'quantization-aware fine-tuning run')
+  sub.add_argument('--workdir', required=True,
+                   help='a fine-tuning run trained with model.quantize=int8.')
+  sub.add_argument('--out', required=True,
+                   help='a new directory to write (never overwritten).')
   args = parser.parse_args(argv)
   try:
-    if args.command == 'prune_heads':
+    if args.command == 'int8':
+      record = compress.int8(args.workdir, args.out)
+    elif args.command == 'prune_heads':
       record = compress.prune_heads(args.workdir, args.out, args.fraction,
                                     args.step, args.batches, args.rounds,
                                     args.train_steps)
@@ -84,7 +99,8 @@ def main(argv=None) -> None:
   except compress.CompressError as e:
     parser.exit(2, f'compress: {e}\n')
   print(json.dumps({k: v for k, v in record.items()
-                    if k not in ('importance', 'rounds')}, sort_keys=True))
+                    if k not in ('importance', 'rounds', 'eval_predictions',
+                                 'eval_labels')}, sort_keys=True))
   print(f'wrote {args.out}')
 
 

@@ -33,6 +33,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax import quantization
 from data_pipelines.tokenizer import PAD_ID
 from data_pipelines.tokenizer import SEP_ID
 
@@ -134,6 +135,12 @@ class BertConfig:
   # fairseq's; 0 = off. Any subset of the layers can then be kept
   # (bertjax/pruning.py keep_layers).
   layerdrop: float = 0.0
+  # Q8BERT (Zafrir et al., 2019; bertjax/quantization.py): 'int8' trains
+  # with fake-quantized weights and activations (and runs int8 weights at
+  # inference) in the fully connected layers and embedding tables whose
+  # module path matches ``quantize_layers``; 'none' = float.
+  quantize: str = 'none'
+  quantize_layers: str = '.*'
 
   @classmethod
   def from_size(cls, size: str, **overrides) -> 'BertConfig':
@@ -291,21 +298,32 @@ class Embeddings(nn.Module):
                        'embedding: set model.task_type_vocab_size > 0 '
                        '(ERNIE 2.0), or pass no task_type_ids.')
     positions = jnp.arange(input_ids.shape[1])[None, :]
-    words = self.word(input_ids)
+    words = self._rows('word', input_ids)
     if not cfg.pad_row_trains:
       words = jnp.where((input_ids == PAD_ID)[..., None],
                         jax.lax.stop_gradient(words), words)
-    x = words + self.position(positions)
+    x = words + self._rows('position', positions)
     if cfg.type_vocab_size:
-      x = x + self.token_type(token_type_ids)
+      x = x + self._rows('token_type', token_type_ids)
     if cfg.task_type_vocab_size:
       if task_type_ids is None:
         task_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
       if task_type_ids.shape != input_ids.shape:
         raise ValueError(f'task_type_ids {task_type_ids.shape} must be '
                          f'shaped as input_ids {input_ids.shape}.')
-      x = x + self.task_type(task_type_ids)
+      x = x + self._rows('task_type', task_type_ids)
     return x
+
+  def _rows(self, name: str, ids):
+    """Rows ``ids`` of table ``name``: fake-quantized where
+    ``cfg.quantize_layers`` covers it (bertjax/quantization.py)."""
+    table = getattr(self, name)
+    quantize = quantization.table_quantized(
+        self.cfg, '/'.join(self.path + (name,)))
+    if not (quantize or quantization.is_int8(table.embedding)):
+      return table(ids)
+    return quantization.embedding_rows(table.embedding, ids, quantize,
+                                       self.cfg.dtype)
 
   def vocab_logits(self, x, bias):
     """float32 logits [..., V] of the tied decoder: ``x`` (``[..., E]``,
@@ -352,8 +370,14 @@ class SelfAttention(nn.Module):
                             cfg.param_dtype)
     qkv_bias = self.param('qkv_bias', _zeros(('qkv', 'heads', 'kv')),
                           (3, heads, cfg.head_dim), cfg.param_dtype)
-    qkv = jnp.einsum('BLD,DQHK->BLQHK', x.astype(cfg.dtype),
-                     qkv_kernel.astype(cfg.dtype)) + qkv_bias.astype(cfg.dtype)
+    # promote_dtype, not astype: an int8 model's kernels (bertjax/
+    # quantization.py) are quantized arrays that only it passes through.
+    x, qkv_kernel, qkv_bias = nn.dtypes.promote_dtype(
+        x, qkv_kernel, qkv_bias, dtype=cfg.dtype)
+    # dot_general, as nn.Dense: the int8 model's matmul is then the same
+    # function as the fake-quantized one's, so their outputs agree.
+    qkv = jax.lax.dot_general(x, qkv_kernel, (((2,), (0,)), ((), ()))
+                              ) + qkv_bias   # BLD,DQHK->BLQHK
     q, k, v = (_constrain(qkv[:, :, i], 'act_batch', 'act_len', 'act_heads',
                           'act_kv') for i in range(3))
     # mask [B, 1, Lq, Lk]: padding keys are never attended to.
@@ -393,8 +417,10 @@ class SelfAttention(nn.Module):
                             cfg.param_dtype)
     out_bias = self.param('out_bias', _zeros(('embed',)), (cfg.hidden_size,),
                           cfg.param_dtype)
-    out = jnp.einsum('BLHK,HKD->BLD', out, out_kernel.astype(cfg.dtype)
-                     ) + out_bias.astype(cfg.dtype)
+    out, out_kernel, out_bias = nn.dtypes.promote_dtype(
+        out, out_kernel, out_bias, dtype=cfg.dtype)
+    out = jax.lax.dot_general(out, out_kernel, (((2, 3), (0, 1)), ((), ()))
+                              ) + out_bias   # BLHK,HKD->BLD
     return _constrain(out, 'act_batch', 'act_len', 'act_embed')
 
 

@@ -9,10 +9,13 @@ networks, and read a teacher run's saved section, from the section alone.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 
+from bertjax import quantization
 from bertjax.models import bert as bert_lib
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -60,6 +63,12 @@ def section() -> ml_collections.ConfigDict:
                             # experiments/compress.py prune_heads.
   m.layerdrop = 0.0         # LayerDrop: each layer skipped in training
                             # with this probability (Fan et al. use 0.2).
+  m.quantize = 'none'       # none | int8: Q8BERT's 8-bit quantization-
+                            # aware training (bertjax/quantization.py).
+  m.quantize_layers = '.*'  # The quantized layers: a regular expression
+                            # over module paths (embeddings/word,
+                            # layer_0/attention, layer_0/ffn/wi, pooler,
+                            # classifier, ...).
   return m
 
 
@@ -127,6 +136,28 @@ def check(m, errors: list[str]) -> None:
          f'model.layerdrop={m.layerdrop} with model.scan_layers: a scanned '
          'stack cannot skip a layer; set scan_layers=False.', errors)
   _check_pruned_heads(m, errors)
+  check_quantize(m.quantize, m.quantize_layers, errors)
+
+
+def check_quantize(quantize: str, layers: str, errors: list[str]) -> None:
+  """``model.quantize`` is known, and ``model.quantize_layers`` a regular
+  expression that covers at least one layer (or nothing would be
+  quantized, silently)."""
+  _check(quantize in quantization.QUANTIZE,
+         f'model.quantize={quantize!r}; use one of '
+         f'{quantization.QUANTIZE}.', errors)
+  if quantize == 'none':
+    return
+  try:
+    covered = quantization.covered_layers(layers)
+  except re.error as e:
+    errors.append(f'model.quantize_layers={layers!r} is not a '
+                  f'regular expression ({e}); use one, e.g. '
+                  "'layer_\\d+/.*'.")
+    return
+  _check(bool(covered), f'model.quantize_layers={layers!r} '
+         'matches none of the layers; use a regular expression over '
+         f'module paths such as {quantization.LAYER_PATHS}.', errors)
 
 
 def _check_pruned_heads(m, errors: list[str]) -> None:
@@ -206,7 +237,8 @@ def encoder_config(m, vocab_size: int, sbo_positions: int = 0
       scan_layers=m.scan_layers, attention_impl=attention_impl(m),
       pruned_heads=tuple(tuple(int(h) for h in layer)
                          for layer in m.pruned_heads),
-      layerdrop=m.layerdrop, **overrides)
+      layerdrop=m.layerdrop, quantize=m.quantize,
+      quantize_layers=m.quantize_layers, **overrides)
 
 
 def attention_impl(m) -> str:

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax import flops
+from bertjax import quantization
 from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
 from bertjax.objectives import auxiliary
@@ -62,7 +63,8 @@ def make_task(cfg, vocab_size: int) -> base.Task:
   the heads of the tasks of ``cfg.tasks`` that are on (their parameters
   under ``auxiliary.PARAMS``)."""
   model_cfg = encoder_config(cfg, vocab_size)
-  model = bert_lib.BertForPreTraining(model_cfg)
+  model = quantization.quantized(bert_lib.BertForPreTraining(model_cfg),
+                                 methods=('__call__', 'encode'))
   heads = auxiliary.make_heads(cfg, model_cfg)
   encoder_only = _encoder_only(cfg)
   o = cfg.objective

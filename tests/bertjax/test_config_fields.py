@@ -113,6 +113,10 @@ INVALID = {
                            _With(((0,), ()), {'model.num_layer_groups': 1})],
     'model.layerdrop': [-0.1, 1.0, _With(0.2, _ELECTRA),
                         _With(0.2, {'model.scan_layers': True})],
+    'model.quantize': ['int4', _With('int8', _ELECTRA)],
+    'model.quantize_layers': [_With('layer_(', {'model.quantize': 'int8'}),
+                              _With('layers_0/.*', {'model.quantize':
+                                                    'int8'})],
     'objective.name': ['t5'],
     'objective.mlm_weight': [-1.0, _With(0.0, {'objective.nsp_weight': 0.0})],
     'objective.nsp_weight': [-1.0, _With(1.0, {'data.layout':

@@ -12,6 +12,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from bertjax import compress
 from bertjax import finetune
 from bertjax import storage
 from bertjax.models import bert as bert_lib
@@ -450,3 +451,37 @@ def test_token_task_and_random_weights(pretrained, tasks, tmp_path):
   assert all(final[k].tobytes() != v.tobytes() for k, v in encoder.items()
              if k in final and v.std() > 0)
   assert random['init_weights'] == 'random'
+
+
+@pytest.mark.e2e
+def test_quantization_aware_fine_tuning_and_its_int8_export(pretrained,
+                                                            tasks, tmp_path):
+  """Q8BERT: fine-tuned with fake-quantized layers (which changes what
+  training does), then exported as int8 weights whose logits are the
+  training forward's on the held-out set and which read back; a float
+  run is refused."""
+  q8 = _run(pretrained, tasks, tmp_path / 'q8', 'full',
+            **{'model.quantize': 'int8'})
+  _run(pretrained, tasks, tmp_path / 'float', 'full')
+  trained, floating = (_final_params(tmp_path / name)
+                       for name in ('q8', 'float'))
+  assert all(trained[k].tobytes() != floating[k].tobytes()
+             for k in trained if k[-1] == 'kernel')
+  out = str(tmp_path / 'int8')
+  record = compress.int8(str(tmp_path / 'q8'), out)
+  assert record['max_abs_logit_difference'] <= 1e-5
+  assert record['int8_metrics'] == record['fake_quantized_metrics'] == (
+      q8['metrics'])
+  assert record['int8_bytes'] < 0.5 * record['float32_bytes']
+  model, params = compress.load_int8(out)
+  run = finetune.read_run(str(tmp_path / 'q8'))
+  data = finetune.encode_task(run.config, run.pretrained.tokenizer).eval
+  inputs = [jnp.asarray(data[k][:8]) for k in (
+      'input_ids', 'token_type_ids', 'attention_mask')]
+  np.testing.assert_allclose(
+      jax.jit(model.apply)({'params': params}, *inputs),
+      jax.jit(run.model.apply)({'params': run.params}, *inputs), rtol=0,
+      atol=1e-5)
+  with pytest.raises(compress.CompressError, match='model.quantize=int8'):
+    compress.int8(str(tmp_path / 'float'), str(tmp_path / 'float-int8'))
+  assert not (tmp_path / 'float-int8').exists()

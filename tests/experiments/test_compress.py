@@ -131,6 +131,7 @@ def test_bad_requests_fail_before_writing(trained, tmp_path, capsys):
       (['prune_heads', '--fraction=0.9'], 'every layer keeping one'),
       (['keep_layers', '--layers=2,0'], 'distinct increasing'),
       (['keep_layers', '--keep=4'], 'use 1 to 3 layers'),
+      (['int8'], 'not a fine-tuning run'),   # A pretraining run.
   )
   for args, message in cases:
     out = str(tmp_path / 'never')
