@@ -3,15 +3,19 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 from bertjax import config_lib
 from bertjax import flops
 from bertjax import objectives
 from bertjax import train
+from bertjax.runtime import checkpoint as checkpoint_lib
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import tokenizer as tokenizer_lib
 import preset_helpers
@@ -306,3 +310,25 @@ def test_scanned_rematerialized_layers_train(data_dir, tmp_path):
   with open(os.path.join(workdir, 'sharding.txt')) as f:
     layout = f.read()
   assert "['layers']['scan']['layer']['ffn']['wi']['kernel']" in layout
+
+
+@pytest.mark.e2e
+def test_quantization_aware_pretraining_resumes_bitwise(data_dir, tmp_path):
+  """model.quantize=int8 through the real trainer: it trains otherwise
+  than float, and a run resumed from its step-2 checkpoint ends with the
+  uninterrupted run's parameters, bit for bit."""
+  fields = dict(total_steps=4, log_every_steps=2, eval_every_steps=4,
+                checkpoint_every_steps=2, **{'model.quantize': 'int8'})
+  whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
+  train.train_and_evaluate(_config(data_dir, **fields), whole)
+  train.train_and_evaluate(_config(data_dir, **fields), resumed)
+  shutil.rmtree(os.path.join(resumed, 'checkpoints', '4'))
+  train.train_and_evaluate(_config(data_dir, **fields), resumed)
+  a, b = (jax.tree.leaves(checkpoint_lib.restore_as_saved(
+      os.path.join(w, 'checkpoints'), 4)['params']) for w in (whole, resumed))
+  assert all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
+             for x, y in zip(a, b))
+  floating = str(tmp_path / 'float')
+  train.train_and_evaluate(_config(data_dir, **{
+      **fields, 'model.quantize': 'none'}), floating)
+  assert _read_jsonl(floating)[0]['loss'] != _read_jsonl(whole)[0]['loss']

@@ -1,0 +1,69 @@
+"""The compression table's report (intervals and verdicts from rows) and
+its argument checks; the fine-tunings it runs are fine-tuning's and
+compress.py's, tested there."""
+
+import importlib.util
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location(
+    'compression_table', os.path.join(REPO, 'experiments',
+                                      'compression_table.py'))
+table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(table)
+
+LABELS = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0] * 4
+
+
+def _row(model, seed, wrong):
+  """Predictions wrong on the first ``wrong`` examples."""
+  predictions = [(y + 1) % 3 if i < wrong else y
+                 for i, y in enumerate(LABELS)]
+  return {'model': model, 'seed': seed, 'eval_predictions': predictions,
+          'eval_labels': LABELS, 'max_abs_logit_difference': 0.0}
+
+
+def test_report_pairs_by_seed_and_calls_an_interval_holding_zero_none():
+  rows = {}
+  for s, wrong in enumerate((10, 12, 11)):
+    rows['float', s] = _row('float', s, wrong)
+    rows['int8', s] = _row('int8', s, wrong + (1 if s == 1 else 0))
+    rows['heads50', s] = _row('heads50', s, 30)
+  measured = {m: {'parameters': 1000, 'bytes': 4000 if m != 'int8' else 1100,
+                  'ms_per_sequence_batch1': 2.0,
+                  'ms_per_sequence_batch8': 0.5} for m in table.MODELS}
+  text = table.report(rows, measured, [0, 1, 2], 'python x')
+  lines = {line.split(' | ')[0].lstrip('| '): line
+           for line in text.splitlines() if line.startswith('| ')}
+  assert '0.7250 [' in lines['float']   # 1 - 33 / 120.
+  assert lines['int8'].endswith(': no difference |')
+  assert '| 1,100 |' in lines['int8']
+  assert lines['heads50'].endswith(': lower |')
+  assert '-0.4750 [' in lines['heads50']   # 0.25 - 0.725.
+
+
+def test_a_missing_seed_is_said_and_not_paired():
+  rows = {('float', 0): _row('float', 0, 10), ('int8', 0): _row('int8', 0, 10),
+          ('float', 1): _row('float', 1, 10)}
+  text = table.report(rows, {}, [0, 1], 'python x')
+  assert '(1 seeds)' in text and '(2 seeds)' not in text
+
+
+def test_bad_arguments_fail_before_any_work(tmp_path, capsys):
+  for args, message in (
+      (['--seeds=0'], 'use at least 1'),
+      (['--models=int8,heads100'], "model 'heads100': use float, int8 or "
+       'headsNN'),
+      (['--finetune=' + os.path.join(REPO, 'experiments', 'configs',
+                                     'finetune.py') + ':mode=sideways'],
+       'mode'),
+  ):
+    with pytest.raises(SystemExit) as e:
+      table.main(['--init=runs/none', f'--out={tmp_path / "out"}',
+                  f'--results={tmp_path / "results"}', *args])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+  assert not os.listdir(tmp_path)
