@@ -34,6 +34,7 @@ DEFAULT_RULES = (
     ('act_batch', ('replica', 'data', 'fsdp')),
     ('act_len', None),
     ('act_embed', None),
+    ('act_intra', None),
     ('act_heads', 'tensor'),
     ('act_kv', None),
     ('act_mlp', 'tensor'),
@@ -42,6 +43,7 @@ DEFAULT_RULES = (
     ('vocab', 'tensor'),
     ('embed', 'fsdp'),
     ('factor', None),                 # ALBERT's embedding width E: small.
+    ('intra', None),                  # MobileBERT's bottleneck I: small.
     ('mlp', 'tensor'),
     ('heads', 'tensor'),
     ('kv', None),
@@ -721,6 +723,12 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
          "and pruned heads are the bert objective's encoder's (ELECTRA and "
          'distillation build their networks otherwise); use 0 and ().',
          errors)
+  mobilebert = model_config_lib.mobilebert_options(m)
+  _check(o.name == 'bert' or not mobilebert,
+         f'{", ".join(mobilebert)} with objective.name={o.name!r}: '
+         "MobileBERT's options are built for the bert objective's encoder "
+         '(ELECTRA and distillation build their networks otherwise); use '
+         'their defaults, or objective.name=bert.', errors)
   _check(o.name == 'bert' or m.quantize == 'none',
          f'model.quantize={m.quantize!r} with objective.name={o.name!r}: '
          "8-bit training quantizes the bert objective's encoder and heads "

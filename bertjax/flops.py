@@ -18,6 +18,15 @@ d -> E, tied decoder E -> V) costs 2 (d E + E V) forward; the head sees the
 masked fraction p of the tokens. BERT-base at s = 128 comes to 0.545
 GFLOP/token, BERT-large at s = 512 to 1.99 (tested).
 
+A MobileBERT layer (inter-block width d, intra-block width i, F FFNs)
+costs, forward, its bottlenecks 2 d i in and 2 i d out (and 2 d i more for
+the shared key/query bottleneck), Q and K 2 i each per input dimension
+(i, or d where they read the layer input), V likewise, the scores and AV
+4 s i, the attention's output 2 i^2 and the FFNs 4 F i f. Without the
+bottleneck i = d and nothing reads d otherwise: 8 d^2 + 4 s d + 4 F d f,
+BERT's layer when F = 1. The trigram embedding projects 3E -> d
+(6 E d).
+
 Each objective composes these into its own FLOPs per token, in its module
 (bertjax/objectives/): BERT's encoder with the factorized-embedding
 projection (E -> d) if any, the MLM head on p = min(rate, P / s) and
@@ -48,12 +57,33 @@ def layer_forward(d: int, f: int, s: int, a: int | None = None) -> float:
   return 8 * d * a + 4 * s * a + 4 * d * f
 
 
+def mobilebert_layer_forward(cfg: bert_lib.BertConfig, s: int) -> float:
+  """Forward FLOPs per token of one of ``cfg``'s MobileBERT layers."""
+  d, i, f = cfg.hidden_size, cfg.intra_width, cfg.intermediate_size
+  bottlenecks = 0
+  query_key_input = value_input = d
+  if cfg.bottleneck:
+    bottlenecks = 4 * d * i   # In and out.
+    if cfg.bottleneck_attention:
+      query_key_input = value_input = i
+    elif cfg.key_query_shared_bottleneck:
+      bottlenecks += 2 * d * i
+      query_key_input = i
+  attention = (2 * i * (2 * query_key_input + value_input) + 4 * s * i
+               + 2 * i * i)
+  return bottlenecks + attention + cfg.num_feedforward_networks * 4 * i * f
+
+
 def encoder_forward(cfg: bert_lib.BertConfig, s: int) -> float:
   """Forward FLOPs per token of the embedding projection and the layers
   (shared layers cost each time they run; a pruned layer's attention
   only for the heads it keeps)."""
   projection = 2 * cfg.embedding_width * cfg.hidden_size if (
       cfg.factorized) else 0
+  if cfg.trigram_input:
+    projection = 2 * 3 * cfg.word_width * cfg.hidden_size
+  if cfg.mobilebert_layers:
+    return projection + cfg.num_layers * mobilebert_layer_forward(cfg, s)
   return projection + sum(
       layer_forward(cfg.hidden_size, cfg.intermediate_size, s,
                     cfg.layer_heads(i) * cfg.head_dim)
@@ -61,7 +91,8 @@ def encoder_forward(cfg: bert_lib.BertConfig, s: int) -> float:
 
 
 def mlm_head_forward(cfg: bert_lib.BertConfig) -> float:
-  """Forward FLOPs per prediction of the MLM head (transform + decoder)."""
+  """Forward FLOPs per prediction of the MLM head (transform + decoder;
+  MobileBERT's decoder, the word table and its extra rows, is H wide)."""
   e = cfg.embedding_width
   return 2 * (cfg.hidden_size * e + e * cfg.vocab_size)
 

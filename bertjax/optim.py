@@ -27,8 +27,9 @@ epsilon than ``adamw``'s.
 weight's update is rescaled by the trust ratio ``||param|| / ||update||``
 (1 where either norm is 0), per tensor as albert's graph has them: the
 query, key and value kernels each have their own ratio although bertjax
-fuses them into one ``qkv_kernel``, and each layer of a scanned stack its
-own; biases and LayerNorm parameters are excluded from both the decay and
+fuses them into one ``qkv_kernel`` (MobileBERT's Q and K into one
+``qk_kernel``), and each layer of a scanned stack its own; biases and
+LayerNorm parameters (and NoNorm's) are excluded from both the decay and
 the adaptation, as albert does by default.
 
 Weight decay applies to the leaves ``optimizer.decay_mask`` names (every
@@ -174,12 +175,14 @@ def _is_scanned(path) -> bool:
 def _reference_tensor_axes(path, leaf) -> tuple[int, ...]:
   """The axes one reference tensor spans in ``leaf``: all but a scanned
   stack's layer axis and the fused Q/K/V axis of ``qkv_kernel`` [D, 3, H,
-  K] and ``qkv_bias`` [3, H, K], which are separate tensors in the
+  K] and ``qkv_bias`` [3, H, K] (and of MobileBERT's fused Q/K,
+  ``qk_kernel``, ``qk_bias``), which are separate tensors in the
   reference's graph."""
   keep = set()
   if _is_scanned(path):
     keep.add(0)
-  if _leaf_name(path) in ('qkv_kernel', 'qkv_bias'):
+  if _leaf_name(path) in ('qkv_kernel', 'qkv_bias', 'qk_kernel',
+                          'qk_bias'):
     keep.add(leaf.ndim - 3)
   return tuple(a for a in range(leaf.ndim) if a not in keep)
 

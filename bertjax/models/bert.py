@@ -9,16 +9,22 @@ boundary head (Joshi et al., 2020, Sec. 3.2), ERNIE 2.0's task embedding
 (Sun et al., 2020, Sec. 3.3 and Fig. 3: a learned row per task id, added
 to the token, position and segment embeddings), and DistilBERT's student
 options (Sanh et al., 2019): no token-type embedding, no pooler or NSP
-head. Every parameter carries logical axis names and every activation is
-constrained at layer boundaries; the rules that map logical names to mesh
-axes live in the experiment config, never here.
+head, and MobileBERT's options (Sun et al., 2020, Sec. 3 and Fig. 2; as
+transformers' MobileBertModel computes them): the trigram embedding, the
+bottlenecked layers (``MobileBertLayer``: H-wide between the layers, I-wide
+inside them) with stacked FFNs, NoNorm and ReLU. Every parameter carries
+logical axis names and every activation is constrained at layer boundaries;
+the rules that map logical names to mesh axes live in the experiment
+config, never here.
 
 Logical names. Parameters: ``vocab``, ``embed``, ``factor`` (ALBERT's
-factorized embedding width E, where it differs from the model width),
-``pos``, ``types`` (token types, and ERNIE's task types), ``heads``,
-``kv``, ``qkv`` (the fused Q/K/V axis), ``mlp``, ``classes``.
-Activations: ``act_batch``, ``act_len``, ``act_embed``, ``act_heads``,
-``act_kv``, ``act_mlp``, ``act_vocab``, ``act_predictions``.
+factorized embedding width E, where it differs from the model width, and
+MobileBERT's word table and trigram input), ``intra`` (MobileBERT's
+intra-block bottleneck width I), ``pos``, ``types`` (token types, and
+ERNIE's task types), ``heads``, ``kv``, ``qkv`` (the fused Q/K/V axis, or
+Q/K alone), ``mlp``, ``classes``.
+Activations: ``act_batch``, ``act_len``, ``act_embed``, ``act_intra``,
+``act_heads``, ``act_kv``, ``act_mlp``, ``act_vocab``, ``act_predictions``.
 
 Einsum letters: B batch, L length, D model, H heads, K head dim, F FFN,
 V vocabulary, P predictions per sequence, Q the fused q/k/v axis.
@@ -82,6 +88,35 @@ class BertConfig:
   # floor(i * groups / num_layers), as albert's modeling.py.
   embedding_size: int = 0
   num_layer_groups: int = 0
+  # MobileBERT (Sun et al., 2020). The embedding: the word table
+  # ``embedding_size`` wide (0 = hidden_size), each position's row
+  # concatenated with its neighbours' [next, current, previous] (zeros past
+  # the sequence's ends) and projected to hidden_size; the position and
+  # token-type tables are hidden_size wide. Not with ALBERT's factorization
+  # (embedding_size then names the word table's width).
+  trigram_input: bool = False
+  # The layers' intra-block width I: each layer projects its H-wide input
+  # to I (``input_bottleneck``), attends and runs its FFNs at I, and
+  # projects back to H with a residual around the whole layer; 0 = no
+  # bottleneck (BERT's layers).
+  intra_bottleneck_size: int = 0
+  # With the bottleneck, what Q, K and V read. ``bottleneck_attention``:
+  # all three the I-wide bottlenecked input (MobileBERT-TINY).
+  # ``key_query_shared_bottleneck``: Q and K a second H -> I bottleneck of
+  # the layer input, V the H-wide input itself (MobileBERT). Neither: all
+  # three the H-wide input (IB-BERT, the teacher), projected to I.
+  bottleneck_attention: bool = False
+  key_query_shared_bottleneck: bool = False
+  # FFNs per layer, each with its residual and norm (MobileBERT: 4); 1 =
+  # BERT's one.
+  num_feedforward_networks: int = 1
+  # Every norm of the embeddings and layers (NORMALIZATIONS): 'layer_norm',
+  # or MobileBERT's 'no_norm', an elementwise scale * x + bias without
+  # statistics. The MLM head's transform keeps its LayerNorm either way.
+  normalization: str = 'layer_norm'
+  # The FFNs' and the MLM transform's nonlinearity (HIDDEN_ACTS): 'gelu'
+  # (BERT's, per gelu_approximate) or 'relu' (MobileBERT's).
+  hidden_act: str = 'gelu'
   # SpanBERT's span boundary objective head: the number of relative
   # positions it embeds (SpanBERT's --max-pair-targets, 15); 0 = no head.
   sbo_positions: int = 0
@@ -164,7 +199,29 @@ class BertConfig:
 
   @property
   def head_dim(self) -> int:
-    return self.hidden_size // self.num_heads
+    return self.intra_width // self.num_heads
+
+  @property
+  def bottleneck(self) -> bool:
+    """Whether the layers have MobileBERT's intra-block bottleneck."""
+    return self.intra_bottleneck_size > 0
+
+  @property
+  def intra_width(self) -> int:
+    """The width inside a layer (attention, FFNs): I, or H without the
+    bottleneck."""
+    return self.intra_bottleneck_size or self.hidden_size
+
+  @property
+  def intra_axis(self) -> str:
+    """Logical name of ``intra_width``: ``intra`` when it is I."""
+    return 'intra' if self.bottleneck else 'embed'
+
+  @property
+  def mobilebert_layers(self) -> bool:
+    """Whether the layers are ``MobileBertLayer``s (a bottleneck or
+    stacked FFNs), not ``EncoderLayer``s."""
+    return self.bottleneck or self.num_feedforward_networks > 1
 
   def layer_heads(self, layer: int) -> int:
     """The heads ``layer`` stores: ``num_heads`` less the pruned ones."""
@@ -176,7 +233,7 @@ class BertConfig:
   def factorized(self) -> bool:
     """Whether embeddings are E-wide and projected to H (ALBERT)."""
     return bool(self.embedding_size) and (
-        self.embedding_size != self.hidden_size)
+        self.embedding_size != self.hidden_size) and not self.trigram_input
 
   @property
   def embedding_width(self) -> int:
@@ -186,6 +243,25 @@ class BertConfig:
   def embedding_axis(self) -> str:
     """Logical name of the embedding width: ``factor`` when it is E."""
     return 'factor' if self.factorized else 'embed'
+
+  @property
+  def word_width(self) -> int:
+    """Width of the word table: MobileBERT's E with the trigram input, else
+    the embedding width."""
+    if self.trigram_input:
+      return self.embedding_size or self.hidden_size
+    return self.embedding_width
+
+  @property
+  def word_axis(self) -> str:
+    return 'embed' if self.word_width == self.hidden_size else 'factor'
+
+  @property
+  def decoder_extra_width(self) -> int:
+    """MobileBERT's MLM decoder scores the H-wide transformed vector: its
+    first E dimensions against the word table, the other H - E against
+    ``mlm_extra_embedding`` [V, H - E]; 0 = no such table."""
+    return self.embedding_width - self.word_width
 
   def layer_group(self, layer: int) -> int:
     """The parameter set of ``layer`` (itself when nothing is shared)."""
@@ -237,15 +313,65 @@ class LayerNorm(nn.Module):
         bias_init=_zeros((self.axis,)))(x)
 
 
+class NoNorm(nn.Module):
+  """MobileBERT's NoNorm: ``x * scale + bias`` elementwise, no statistics
+  (Sun et al., 2020, Sec. 4.1; transformers' ``NoNorm``, TF's
+  ``FakeLayerNorm``)."""
+  cfg: BertConfig
+  axis: str = 'embed'   # Logical name of the normalized axis.
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.cfg
+    width = x.shape[-1]
+    scale = self.param('scale', _ones((self.axis,)), (width,),
+                       cfg.param_dtype)
+    bias = self.param('bias', _zeros((self.axis,)), (width,), cfg.param_dtype)
+    x, scale, bias = nn.dtypes.promote_dtype(x, scale, bias, dtype=cfg.dtype)
+    return x * scale + bias
+
+
+NORMALIZATIONS = ('layer_norm', 'no_norm')
+HIDDEN_ACTS = ('gelu', 'relu')
+
+
+def norm(cfg: BertConfig, axis: str = 'embed', name: str | None = None):
+  """The norm ``cfg.normalization`` names, over the axis named ``axis``."""
+  if cfg.normalization == 'no_norm':
+    return NoNorm(cfg, axis, name=name)
+  return LayerNorm(cfg, axis, name=name)
+
+
 def _gelu(cfg: BertConfig, x):
   return jax.nn.gelu(x, approximate=cfg.gelu_approximate)
+
+
+def _activation(cfg: BertConfig, x):
+  """The FFNs' and the MLM transform's nonlinearity (``cfg.hidden_act``)."""
+  if cfg.hidden_act == 'relu':
+    return jax.nn.relu(x)
+  return _gelu(cfg, x)
+
+
+def trigram(x):
+  """MobileBERT's trigram input [B, L, 3E] from embeddings ``x`` [B, L, E]:
+  each position's row between its next and previous positions' rows,
+  [next, current, previous], zeros past the sequence's first and last
+  positions (a padded row's neighbours are its [PAD] rows, as in
+  transformers and TF)."""
+  following = jnp.pad(x[:, 1:], ((0, 0), (0, 1), (0, 0)))
+  preceding = jnp.pad(x[:, :-1], ((0, 0), (1, 0), (0, 0)))
+  return jnp.concatenate([following, x, preceding], axis=-1)
 
 
 class Embeddings(nn.Module):
   """Word + position + token-type (+ task-type) embeddings, LayerNorm,
   dropout; with ``cfg.factorized``, all E-wide and then projected to H
-  (ALBERT). With ``cfg.type_vocab_size`` 0 there is no token-type table
-  and ``token_type_ids`` are ignored (DistilBERT). With
+  (ALBERT). With ``cfg.trigram_input`` (MobileBERT), the word rows are E
+  wide, each is concatenated with its neighbours' (``trigram``) and
+  projected to H before the H-wide rows are added. With
+  ``cfg.type_vocab_size`` 0 there is no token-type table and
+  ``token_type_ids`` are ignored (DistilBERT). With
   ``cfg.task_type_vocab_size`` > 0 a task table's row is added too (ERNIE
   2.0; transformers' ``ErnieEmbeddings`` with ``use_task_id``)."""
   cfg: BertConfig
@@ -253,9 +379,15 @@ class Embeddings(nn.Module):
   def setup(self):
     cfg = self.cfg
     width, axis = cfg.embedding_width, cfg.embedding_axis
-    self.word = nn.Embed(cfg.vocab_size, width,
-                         embedding_init=_word_init(cfg, ('vocab', axis)),
+    self.word = nn.Embed(cfg.vocab_size, cfg.word_width,
+                         embedding_init=_word_init(cfg, ('vocab',
+                                                         cfg.word_axis)),
                          param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    if cfg.trigram_input:
+      self.trigram_projection = nn.Dense(
+          cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+          kernel_init=_init(cfg, ('factor', 'embed')),
+          bias_init=_zeros(('embed',)))
     self.position = nn.Embed(cfg.max_position_embeddings, width,
                              embedding_init=_init(cfg, ('pos', axis)),
                              param_dtype=cfg.param_dtype, dtype=cfg.dtype)
@@ -267,7 +399,7 @@ class Embeddings(nn.Module):
       self.task_type = nn.Embed(cfg.task_type_vocab_size, width,
                                 embedding_init=_init(cfg, ('types', axis)),
                                 param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    self.layer_norm = LayerNorm(cfg, axis)
+    self.layer_norm = norm(cfg, axis)
     self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
     if cfg.factorized:
       self.projection = nn.Dense(
@@ -286,7 +418,9 @@ class Embeddings(nn.Module):
     return _constrain(x, 'act_batch', 'act_len', 'act_embed')
 
   def summed(self, input_ids, token_type_ids, task_type_ids=None):
-    """The tables' rows added up, [B, L, E]: what the LayerNorm normalizes.
+    """The tables' rows added up, [B, L, E]: what the LayerNorm normalizes
+    (with ``cfg.trigram_input``, the word rows' trigram projected to H and
+    the H-wide rows added to it).
 
     ``task_type_ids`` [B, L] pick rows of the task table (None: row 0, as
     transformers' ErnieEmbeddings takes a missing input); a model without
@@ -302,6 +436,8 @@ class Embeddings(nn.Module):
     if not cfg.pad_row_trains:
       words = jnp.where((input_ids == PAD_ID)[..., None],
                         jax.lax.stop_gradient(words), words)
+    if cfg.trigram_input:
+      words = self.trigram_projection(trigram(words))
     x = words + self._rows('position', positions)
     if cfg.type_vocab_size:
       x = x + self._rows('token_type', token_type_ids)
@@ -325,16 +461,28 @@ class Embeddings(nn.Module):
     return quantization.embedding_rows(table.embedding, ids, quantize,
                                        self.cfg.dtype)
 
-  def vocab_logits(self, x, bias):
+  def vocab_logits(self, x, bias, extra=None):
     """float32 logits [..., V] of the tied decoder: ``x`` (``[..., E]``,
     ``cfg.embedding_width`` wide) against the word embeddings, plus
     ``bias`` [V]. Every head that scores the vocabulary (MLM, SBO,
     ELECTRA's generator) makes its logits here, so none can forget that the
     padding rows (``cfg.output_vocab_size`` on) are about ``PADDING_LOGIT``:
-    probability exactly 0, so no gradient into their rows or bias."""
+    probability exactly 0, so no gradient into their rows or bias.
+
+    MobileBERT's decoder (``extra`` [V, H - E], ``cfg.decoder_extra_width``
+    > 0): ``x``'s first E dimensions against the word table, the other
+    H - E against ``extra``, as [word table | extra] [V, H] were one table.
+    """
     bias = real_vocab_bias(self.cfg, bias)
-    return (self.word.attend(x) + bias.astype(self.cfg.dtype)).astype(
-        jnp.float32)
+    if extra is None:
+      return (self.word.attend(x) + bias.astype(self.cfg.dtype)).astype(
+          jnp.float32)
+    width = self.cfg.word_width
+    rest, extra = nn.dtypes.promote_dtype(x[..., width:], extra,
+                                          dtype=self.cfg.dtype)
+    logits = self.word.attend(x[..., :width]) + jnp.einsum(
+        '...D,VD->...V', rest, extra)
+    return (logits + bias.astype(self.cfg.dtype)).astype(jnp.float32)
 
 
 def real_vocab_bias(cfg: BertConfig, bias):
@@ -356,30 +504,26 @@ class SelfAttention(nn.Module):
   output is multiplied by its gate (``gate`` [heads], ones when created):
   the gradient of a loss with respect to the gates is Michel et al.'s head
   importance (bertjax/pruning.py).
+
+  It writes ``cfg.intra_width`` (H, or MobileBERT's I) and reads ``x`` of
+  any width, whose logical name is ``input_axis``. Given ``values``
+  (MobileBERT's shared key/query bottleneck), Q and K are projected from
+  ``x`` by one fused kernel (``qk_kernel`` [D, 2, heads, K]) and V from
+  ``values`` [B, L, H] by its own (``v_kernel`` [H, heads, K]).
   """
   cfg: BertConfig
   heads: int = 0
+  input_axis: str = 'embed'
 
   @nn.compact
-  def __call__(self, x, attention_mask, deterministic: bool):
+  def __call__(self, x, attention_mask, deterministic: bool, values=None):
     cfg = self.cfg
     heads = self.heads or cfg.num_heads
-    qkv_kernel = self.param('qkv_kernel',
-                            _init(cfg, ('embed', 'qkv', 'heads', 'kv')),
-                            (cfg.hidden_size, 3, heads, cfg.head_dim),
-                            cfg.param_dtype)
-    qkv_bias = self.param('qkv_bias', _zeros(('qkv', 'heads', 'kv')),
-                          (3, heads, cfg.head_dim), cfg.param_dtype)
-    # promote_dtype, not astype: an int8 model's kernels (bertjax/
-    # quantization.py) are quantized arrays that only it passes through.
-    x, qkv_kernel, qkv_bias = nn.dtypes.promote_dtype(
-        x, qkv_kernel, qkv_bias, dtype=cfg.dtype)
-    # dot_general, as nn.Dense: the int8 model's matmul is then the same
-    # function as the fake-quantized one's, so their outputs agree.
-    qkv = jax.lax.dot_general(x, qkv_kernel, (((2,), (0,)), ((), ()))
-                              ) + qkv_bias   # BLD,DQHK->BLQHK
-    q, k, v = (_constrain(qkv[:, :, i], 'act_batch', 'act_len', 'act_heads',
-                          'act_kv') for i in range(3))
+    if values is None:
+      q, k, v = self._fused(x, heads, 3)
+    else:
+      q, k = self._fused(x, heads, 2)
+      v = self._value(values, heads)
     # mask [B, 1, Lq, Lk]: padding keys are never attended to.
     mask = (attention_mask if attention_mask.ndim == 4 else
             attention_mask[:, None, None, :].astype(bool))
@@ -411,34 +555,74 @@ class SelfAttention(nn.Module):
       gate = self.variable('head_gates', 'gate', jnp.ones, (heads,),
                            jnp.float32)
       out = out * gate.value[:, None].astype(out.dtype)
+    axis = cfg.intra_axis
     out_kernel = self.param('out_kernel',
-                            _init(cfg, ('heads', 'kv', 'embed')),
-                            (heads, cfg.head_dim, cfg.hidden_size),
+                            _init(cfg, ('heads', 'kv', axis)),
+                            (heads, cfg.head_dim, cfg.intra_width),
                             cfg.param_dtype)
-    out_bias = self.param('out_bias', _zeros(('embed',)), (cfg.hidden_size,),
+    out_bias = self.param('out_bias', _zeros((axis,)), (cfg.intra_width,),
                           cfg.param_dtype)
     out, out_kernel, out_bias = nn.dtypes.promote_dtype(
         out, out_kernel, out_bias, dtype=cfg.dtype)
     out = jax.lax.dot_general(out, out_kernel, (((2, 3), (0, 1)), ((), ()))
                               ) + out_bias   # BLHK,HKD->BLD
-    return _constrain(out, 'act_batch', 'act_len', 'act_embed')
+    return _constrain(out, 'act_batch', 'act_len', f'act_{axis}')
+
+  def _fused(self, x, heads: int, parts: int):
+    """Q, K and V (``parts`` 3: ``qkv_kernel``) or Q and K (2:
+    ``qk_kernel``) of ``x``, each [B, L, heads, K], by one matmul."""
+    cfg = self.cfg
+    name = 'qkv' if parts == 3 else 'qk'
+    kernel = self.param(f'{name}_kernel',
+                        _init(cfg, (self.input_axis, 'qkv', 'heads', 'kv')),
+                        (x.shape[-1], parts, heads, cfg.head_dim),
+                        cfg.param_dtype)
+    bias = self.param(f'{name}_bias', _zeros(('qkv', 'heads', 'kv')),
+                      (parts, heads, cfg.head_dim), cfg.param_dtype)
+    # promote_dtype, not astype: an int8 model's kernels (bertjax/
+    # quantization.py) are quantized arrays that only it passes through.
+    x, kernel, bias = nn.dtypes.promote_dtype(x, kernel, bias,
+                                              dtype=cfg.dtype)
+    # dot_general, as nn.Dense: the int8 model's matmul is then the same
+    # function as the fake-quantized one's, so their outputs agree.
+    fused = jax.lax.dot_general(x, kernel, (((2,), (0,)), ((), ()))
+                                ) + bias   # BLD,DQHK->BLQHK
+    return tuple(_constrain(fused[:, :, i], 'act_batch', 'act_len',
+                            'act_heads', 'act_kv') for i in range(parts))
+
+  def _value(self, values, heads: int):
+    """V [B, L, heads, K] of ``values`` [B, L, H] (``v_kernel``)."""
+    cfg = self.cfg
+    kernel = self.param('v_kernel', _init(cfg, ('embed', 'heads', 'kv')),
+                        (values.shape[-1], heads, cfg.head_dim),
+                        cfg.param_dtype)
+    bias = self.param('v_bias', _zeros(('heads', 'kv')),
+                      (heads, cfg.head_dim), cfg.param_dtype)
+    values, kernel, bias = nn.dtypes.promote_dtype(values, kernel, bias,
+                                                   dtype=cfg.dtype)
+    v = jax.lax.dot_general(values, kernel, (((2,), (0,)), ((), ()))
+                            ) + bias   # BLD,DHK->BLHK
+    return _constrain(v, 'act_batch', 'act_len', 'act_heads', 'act_kv')
 
 
 class FeedForward(nn.Module):
+  """wo(act(wi(x))), from and to the width of ``x`` (logical name
+  ``axis``: H, or MobileBERT's I)."""
   cfg: BertConfig
+  axis: str = 'embed'
 
   @nn.compact
   def __call__(self, x):
     cfg = self.cfg
     h = nn.Dense(cfg.intermediate_size, dtype=cfg.dtype,
                  param_dtype=cfg.param_dtype,
-                 kernel_init=_init(cfg, ('embed', 'mlp')),
+                 kernel_init=_init(cfg, (self.axis, 'mlp')),
                  bias_init=_zeros(('mlp',)), name='wi')(x)
-    h = _constrain(_gelu(cfg, h), 'act_batch', 'act_len', 'act_mlp')
-    return nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
+    h = _constrain(_activation(cfg, h), 'act_batch', 'act_len', 'act_mlp')
+    return nn.Dense(x.shape[-1], dtype=cfg.dtype,
                     param_dtype=cfg.param_dtype,
-                    kernel_init=_init(cfg, ('mlp', 'embed')),
-                    bias_init=_zeros(('embed',)), name='wo')(h)
+                    kernel_init=_init(cfg, ('mlp', self.axis)),
+                    bias_init=_zeros((self.axis,)), name='wo')(h)
 
 
 # model.remat -> jax.checkpoint policy (None: save nothing but the inputs).
@@ -451,13 +635,15 @@ ATTENTION_IMPLS = ('xla', 'cudnn')
 
 
 def layer_class(cfg: BertConfig):
-  """``EncoderLayer``, rematerialized per ``cfg.remat``."""
+  """``EncoderLayer`` (``MobileBertLayer`` with ``cfg.mobilebert_layers``),
+  rematerialized per ``cfg.remat``."""
+  layer = MobileBertLayer if cfg.mobilebert_layers else EncoderLayer
   if cfg.remat == 'none':
-    return EncoderLayer
+    return layer
   if cfg.remat not in REMAT_POLICIES:
     raise ValueError(f'model.remat={cfg.remat!r}; use one of {REMAT}.')
   # Argument 3 counts the module: (self, x, attention_mask, deterministic).
-  return nn.remat(EncoderLayer, policy=REMAT_POLICIES[cfg.remat],
+  return nn.remat(layer, policy=REMAT_POLICIES[cfg.remat],
                   static_argnums=(3,))
 
 
@@ -522,11 +708,82 @@ class EncoderLayer(nn.Module):
 
     h = SelfAttention(cfg, self.heads, name='attention')(
         x, attention_mask, deterministic)
-    x = LayerNorm(cfg, name='attention_norm')(
+    x = norm(cfg, name='attention_norm')(
         x + adapted(h, 'attention_adapter'))
     h = FeedForward(cfg, name='ffn')(x)
-    x = LayerNorm(cfg, name='ffn_norm')(x + adapted(h, 'ffn_adapter'))
+    x = norm(cfg, name='ffn_norm')(x + adapted(h, 'ffn_adapter'))
     return _constrain(x, 'act_batch', 'act_len', 'act_embed')
+
+
+class MobileBertLayer(nn.Module):
+  """MobileBERT's layer (Sun et al., 2020, Fig. 2 (c); transformers'
+  ``MobileBertLayer``): with ``cfg.bottleneck``, for the layer input x
+  [B, L, H],
+
+    a = N(x Wb + bb)                               input_bottleneck, [B, L, I]
+    a = N(a + Attn(q, k, v))                       attention, attention_norm
+    a = N(a + FFN_i(a)), i = 0 .. F - 1            ffn_i, ffn_i_norm
+    out = N(x + dropout(a Wo + bo))                output_bottleneck, output_norm
+
+  N is ``cfg.normalization``'s norm. Q, K and V read ``a``
+  (``cfg.bottleneck_attention``); or Q and K another bottleneck of x
+  (``query_key_bottleneck``) and V x itself
+  (``cfg.key_query_shared_bottleneck``); or all three x. Dropout is applied
+  only before the output's residual, as transformers' and TF's. Without the
+  bottleneck it is BERT's layer with F FFNs (dropout before the attention's
+  and the last FFN's residual; I = H). ``heads``: as ``EncoderLayer``'s.
+  """
+  cfg: BertConfig
+  heads: int = 0
+
+  @nn.compact
+  def __call__(self, x, attention_mask, deterministic: bool):
+    cfg = self.cfg
+    if cfg.adapter_size:
+      raise ValueError('adapters (fine-tuning mode=adapters) are not built '
+                       "for MobileBERT's layers; use another mode.")
+    dropout = nn.Dropout(cfg.hidden_dropout_rate)
+    intra = cfg.intra_axis
+
+    def bottleneck(name):
+      h = nn.Dense(cfg.intra_width, dtype=cfg.dtype,
+                   param_dtype=cfg.param_dtype,
+                   kernel_init=_init(cfg, ('embed', intra)),
+                   bias_init=_zeros((intra,)), name=name)(x)
+      return _constrain(norm(cfg, intra, name=f'{name}_norm')(h),
+                        'act_batch', 'act_len', f'act_{intra}')
+
+    if not cfg.bottleneck:
+      a = x
+      h = dropout(SelfAttention(cfg, self.heads, name='attention')(
+          x, attention_mask, deterministic), deterministic=deterministic)
+    else:
+      a = bottleneck('input_bottleneck')
+      if cfg.bottleneck_attention:
+        h = SelfAttention(cfg, self.heads, intra, name='attention')(
+            a, attention_mask, deterministic)
+      elif cfg.key_query_shared_bottleneck:
+        h = SelfAttention(cfg, self.heads, intra, name='attention')(
+            bottleneck('query_key_bottleneck'), attention_mask,
+            deterministic, values=x)
+      else:
+        h = SelfAttention(cfg, self.heads, name='attention')(
+            x, attention_mask, deterministic)
+    a = norm(cfg, intra, name='attention_norm')(a + h)
+    for i in range(cfg.num_feedforward_networks):
+      h = FeedForward(cfg, intra, name=f'ffn_{i}')(a)
+      if not cfg.bottleneck and i == cfg.num_feedforward_networks - 1:
+        h = dropout(h, deterministic=deterministic)
+      a = norm(cfg, intra, name=f'ffn_{i}_norm')(a + h)
+      a = _constrain(a, 'act_batch', 'act_len', f'act_{intra}')
+    if cfg.bottleneck:
+      h = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
+                   param_dtype=cfg.param_dtype,
+                   kernel_init=_init(cfg, (intra, 'embed')),
+                   bias_init=_zeros(('embed',)), name='output_bottleneck')(a)
+      a = norm(cfg, name='output_norm')(
+          x + dropout(h, deterministic=deterministic))
+    return _constrain(a, 'act_batch', 'act_len', 'act_embed')
 
 
 def encoder_layers(cfg: BertConfig) -> list[nn.Module]:
@@ -537,6 +794,11 @@ def encoder_layers(cfg: BertConfig) -> list[nn.Module]:
     raise ValueError('model.pruned_heads with model.scan_layers or '
                      'model.num_layer_groups: pruned layers differ in shape '
                      'and are neither scanned nor shared.')
+  if cfg.pruned_heads and cfg.mobilebert_layers:
+    raise ValueError("model.pruned_heads with MobileBERT's layers "
+                     '(model.intra_bottleneck_size or '
+                     'model.num_feedforward_networks > 1): head pruning is '
+                     "built for BERT's layers only.")
   if cfg.scan_layers:
     if cfg.num_layer_groups:
       raise ValueError('model.scan_layers with model.num_layer_groups: '
@@ -663,6 +925,12 @@ class SpanBoundaryHead(nn.Module):
 class BertForPreTraining(nn.Module):
   """Encoder + pooler + sparse MLM head (tied decoder) + NSP head.
 
+  The MLM head's transform maps H to the embedding width (E with ALBERT's
+  factorization, else H) with ``cfg.hidden_act`` and a LayerNorm (always a
+  LayerNorm, whatever ``cfg.normalization``); with MobileBERT's trigram
+  embedding the decoder is [word table | ``mlm_extra_embedding``]
+  (``Embeddings.vocab_logits``).
+
   Inputs are ``[B, L]`` int arrays (``input_ids``, ``token_type_ids``,
   ``attention_mask``; with ``cfg.task_type_vocab_size``, optionally the
   keyword ``task_type_ids``, None = task 0) and ``masked_positions``
@@ -699,6 +967,12 @@ class BertForPreTraining(nn.Module):
     self.mlm_norm = LayerNorm(cfg, cfg.embedding_axis)
     self.mlm_bias = self.param('mlm_output_bias', _zeros(('vocab',)),
                                (cfg.vocab_size,), cfg.param_dtype)
+    # MobileBERT: the decoder's rows beyond the word table's E dimensions
+    # (TF's extra_output_weights); the SBO head scores against them too.
+    self.mlm_extra = (self.param(
+        'mlm_extra_embedding', _word_init(cfg, ('vocab', 'embed')),
+        (cfg.vocab_size, cfg.decoder_extra_width), cfg.param_dtype)
+                      if cfg.decoder_extra_width else None)
     if cfg.sbo_positions:
       self.sbo = SpanBoundaryHead(cfg)
       self.sbo_bias = self.param('sbo_output_bias', _zeros(('vocab',)),
@@ -732,9 +1006,10 @@ class BertForPreTraining(nn.Module):
     # Sparse head: gather the P masked positions before the V projection.
     h = jnp.take_along_axis(x, masked_positions[..., None], axis=1)
     h = _constrain(h, 'act_batch', 'act_predictions', 'act_embed')
-    h = self.mlm_norm(_gelu(self.cfg, self.mlm_transform(h)))
-    logits = _constrain(self.embeddings.vocab_logits(h, self.mlm_bias),
-                        'act_batch', 'act_predictions', 'act_vocab')
+    h = self.mlm_norm(_activation(self.cfg, self.mlm_transform(h)))
+    logits = _constrain(
+        self.embeddings.vocab_logits(h, self.mlm_bias, self.mlm_extra),
+        'act_batch', 'act_predictions', 'act_vocab')
     outputs = {'mlm_logits': logits, 'sequence_output': x}
     if self.cfg.with_pooler_nsp:
       pooled = jnp.tanh(self.pooler(x[:, 0]))
@@ -745,7 +1020,7 @@ class BertForPreTraining(nn.Module):
         raise ValueError('the span boundary head needs masked_unit_start.')
       h = self.sbo(x, masked_positions, masked_unit_start)
       outputs['sbo_logits'] = _constrain(
-          self.embeddings.vocab_logits(h, self.sbo_bias), 'act_batch',
-          'act_predictions', 'act_vocab')
+          self.embeddings.vocab_logits(h, self.sbo_bias, self.mlm_extra),
+          'act_batch', 'act_predictions', 'act_vocab')
     return outputs
 

@@ -36,6 +36,19 @@ def section() -> ml_collections.ConfigDict:
                             # SpanBERT's --max-pair-targets, 15).
   m.sbo_position_width = 0  # Their embeddings' width, 0 = H (spanbert.py:
                             # --pair-positional-embedding-size, 200).
+  # MobileBERT (Sun et al., 2020; bertjax.models.bert.BertConfig): the
+  # trigram embedding (a word table embedding_size wide, 0 = H), the
+  # layers' intra-block bottleneck I (0 = none), what the attention reads
+  # with it, FFNs per layer, the norm and the nonlinearity. The bert
+  # objective only.
+  m.trigram_input = False
+  m.intra_bottleneck_size = 0
+  m.bottleneck_attention = False   # Q, K, V read the I-wide input (TINY).
+  m.key_query_shared_bottleneck = False  # Q, K another bottleneck, V the
+                            # H-wide input (MobileBERT).
+  m.num_feedforward_networks = 1
+  m.normalization = 'layer_norm'  # layer_norm | no_norm (MobileBERT's).
+  m.hidden_act = 'gelu'     # gelu (model.gelu says which) | relu.
   m.max_position_embeddings = 512
   m.type_vocab_size = 2
   m.task_type_vocab_size = 0  # ERNIE 2.0's task embedding: rows (task ids
@@ -88,8 +101,13 @@ def check(m, errors: list[str]) -> None:
     layers, hidden, heads = bert_lib.SIZES[m.size]
     layers = m.num_layers or layers
     hidden, heads = m.hidden_size or hidden, m.num_heads or heads
-    _check(hidden % heads == 0, f'model.hidden_size={hidden} must be '
-           f'divisible by model.num_heads={heads}.', errors)
+    if m.intra_bottleneck_size > 0:   # The heads split I, not H.
+      _check(m.intra_bottleneck_size % heads == 0,
+             f'model.intra_bottleneck_size={m.intra_bottleneck_size} must '
+             f'be divisible by model.num_heads={heads}.', errors)
+    else:
+      _check(hidden % heads == 0, f'model.hidden_size={hidden} must be '
+             f'divisible by model.num_heads={heads}.', errors)
     _check(0 <= m.num_layer_groups <= layers,
            f'model.num_layer_groups={m.num_layer_groups} must be in [0, '
            f'{layers}] (the number of layers): 0 shares nothing, 1 shares '
@@ -137,6 +155,61 @@ def check(m, errors: list[str]) -> None:
          'stack cannot skip a layer; set scan_layers=False.', errors)
   _check_pruned_heads(m, errors)
   check_quantize(m.quantize, m.quantize_layers, errors)
+  _check_mobilebert(m, errors)
+
+
+def mobilebert_options(m) -> list[str]:
+  """The MobileBERT options the ``model`` section ``m`` turns on, as
+  ``model.field=value`` (none: [])."""
+  on = {'trigram_input': m.trigram_input,
+        'intra_bottleneck_size': m.intra_bottleneck_size,
+        'bottleneck_attention': m.bottleneck_attention,
+        'key_query_shared_bottleneck': m.key_query_shared_bottleneck,
+        'num_feedforward_networks': m.num_feedforward_networks != 1,
+        'normalization': m.normalization != 'layer_norm',
+        'hidden_act': m.hidden_act != 'gelu'}
+  return [f'model.{name}={m[name]!r}' for name, value in on.items()
+          if value]
+
+
+def mobilebert_layers(m) -> bool:
+  """Whether ``m``'s layers are MobileBERT's (BertConfig.mobilebert_layers)."""
+  return m.intra_bottleneck_size > 0 or m.num_feedforward_networks > 1
+
+
+def _check_mobilebert(m, errors: list[str]) -> None:
+  """MobileBERT's options: widths, what the attention reads (only with the
+  bottleneck, one way), and the encoder options not built for them."""
+  _check(m.intra_bottleneck_size >= 0, 'model.intra_bottleneck_size='
+         f'{m.intra_bottleneck_size} must be >= 0 (0 = no bottleneck; '
+         'MobileBERT uses 128).', errors)
+  for name in ('bottleneck_attention', 'key_query_shared_bottleneck'):
+    _check(not m[name] or m.intra_bottleneck_size > 0,
+           f'model.{name}=True chooses what the attention reads inside '
+           'the bottleneck, and there is none: set '
+           'model.intra_bottleneck_size > 0 (MobileBERT: 128).', errors)
+  _check(not (m.bottleneck_attention and m.key_query_shared_bottleneck),
+         'model.bottleneck_attention=True and '
+         'model.key_query_shared_bottleneck=True: set one (MobileBERT-TINY '
+         'reads Q, K and V from the bottleneck, MobileBERT Q and K from a '
+         'shared one).', errors)
+  _check(m.num_feedforward_networks >= 1, 'model.num_feedforward_networks='
+         f'{m.num_feedforward_networks} must be at least 1 (BERT: 1, '
+         'MobileBERT: 4).', errors)
+  _check(m.normalization in bert_lib.NORMALIZATIONS,
+         f'model.normalization={m.normalization!r}; use one of '
+         f'{bert_lib.NORMALIZATIONS}.', errors)
+  _check(m.hidden_act in bert_lib.HIDDEN_ACTS,
+         f'model.hidden_act={m.hidden_act!r}; use one of '
+         f'{bert_lib.HIDDEN_ACTS}.', errors)
+  options = mobilebert_options(m)
+  _check(not (mobilebert_layers(m) and m.pruned_heads),
+         f'model.pruned_heads with {", ".join(options)}: head pruning is '
+         "built for BERT's layers only; use ().", errors)
+  _check(not (options and m.quantize != 'none'),
+         f'model.quantize={m.quantize!r} with {", ".join(options)}: 8-bit '
+         "training is not built for MobileBERT's options; use 'none'.",
+         errors)
 
 
 def check_quantize(quantize: str, layers: str, errors: list[str]) -> None:
@@ -238,7 +311,12 @@ def encoder_config(m, vocab_size: int, sbo_positions: int = 0
       pruned_heads=tuple(tuple(int(h) for h in layer)
                          for layer in m.pruned_heads),
       layerdrop=m.layerdrop, quantize=m.quantize,
-      quantize_layers=m.quantize_layers, **overrides)
+      quantize_layers=m.quantize_layers, trigram_input=m.trigram_input,
+      intra_bottleneck_size=m.intra_bottleneck_size,
+      bottleneck_attention=m.bottleneck_attention,
+      key_query_shared_bottleneck=m.key_query_shared_bottleneck,
+      num_feedforward_networks=m.num_feedforward_networks,
+      normalization=m.normalization, hidden_act=m.hidden_act, **overrides)
 
 
 def attention_impl(m) -> str:
@@ -248,7 +326,8 @@ def attention_impl(m) -> str:
   if m.attention != 'auto':
     return m.attention
   _, hidden, heads = bert_lib.SIZES[m.size]
-  head_dim = (m.hidden_size or hidden) // (m.num_heads or heads)
+  head_dim = (m.intra_bottleneck_size or m.hidden_size or hidden) // (
+      m.num_heads or heads)
   usable = (jax.default_backend() == 'gpu' and m.dtype == 'bfloat16'
             and head_dim % 8 == 0 and head_dim <= 128)
   return 'cudnn' if usable else 'xla'

@@ -196,6 +196,12 @@ def read_teacher(cfg, section: str = NAME) -> TeacherRun:
         f'depth (model.num_layer_groups={teacher_model.num_layer_groups}'
         '); the student copies distinct teacher layers, so the teacher '
         'must have none shared.')
+  mobilebert = model_config_lib.mobilebert_options(teacher_model)
+  if mobilebert:
+    raise TeacherError(
+        f'{field}={workdir!r} is a MobileBERT-style run '
+        f'({", ".join(mobilebert)}); DistilBERT and TinyBERT students are '
+        "built from BERT's layers: use a BERT run as the teacher.")
   if teacher_model.scan_layers:
     raise TeacherError(
         f'{field}={workdir!r} stacks its layers in one scan '

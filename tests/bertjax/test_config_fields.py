@@ -44,6 +44,10 @@ _FILES = {'data.corpus.source': 'files', 'data.corpus.path': _DIR}
 _TFDS = {'data.corpus.source': 'tfds',
          'data.corpus.tfds_name': 'wikipedia/20230601.en:text'}
 _SPAN_BOUNDARY = {'objective.sbo_weight': 1.0}
+# MobileBERT's two ways of reading the attention from the bottleneck, at
+# once (the demo is 128 wide with 2 heads).
+_BOTH_BOTTLENECKS = {'model.intra_bottleneck_size': 64,
+                     'model.key_query_shared_bottleneck': True}
 # A discriminator whose half width (129) its two generator heads do not
 # divide.
 _ODD_GENERATOR = dict(_ELECTRA, **{'model.hidden_size': 258})
@@ -92,6 +96,13 @@ INVALID = {
     'model.num_layer_groups': [-1, 3],
     'model.sbo_positions': [-1, _With(0, _SPAN_BOUNDARY)],
     'model.sbo_position_width': [-1],
+    'model.trigram_input': [_With(True, _ELECTRA)],
+    'model.intra_bottleneck_size': [-1, 3, _With(16, _ELECTRA)],
+    'model.bottleneck_attention': [True, _With(True, _BOTH_BOTTLENECKS)],
+    'model.key_query_shared_bottleneck': [True],   # No bottleneck.
+    'model.num_feedforward_networks': [0, _With(2, _ELECTRA)],
+    'model.normalization': ['batch_norm', _With('no_norm', _ELECTRA)],
+    'model.hidden_act': ['tanh', _With('relu', _ELECTRA)],
     'model.max_position_embeddings': [0, 64],
     'model.type_vocab_size': [-1, 1],   # 1: segment B has type 1.
     'model.task_type_vocab_size': [-1, _With(1, _CONTINUAL)],   # 2 streams.
@@ -110,10 +121,13 @@ INVALID = {
     'model.pruned_heads': [((0,),), ((0, 1), ()), ((2,), ()), ((-1,), ()),
                            _With(((0,), ()), _ELECTRA),
                            _With(((0,), ()), {'model.scan_layers': True}),
-                           _With(((0,), ()), {'model.num_layer_groups': 1})],
+                           _With(((0,), ()), {'model.num_layer_groups': 1}),
+                           _With(((0,), ()),
+                                 {'model.num_feedforward_networks': 2})],
     'model.layerdrop': [-0.1, 1.0, _With(0.2, _ELECTRA),
                         _With(0.2, {'model.scan_layers': True})],
-    'model.quantize': ['int4', _With('int8', _ELECTRA)],
+    'model.quantize': ['int4', _With('int8', _ELECTRA),
+                       _With('int8', {'model.trigram_input': True})],
     'model.quantize_layers': [_With('layer_(', {'model.quantize': 'int8'}),
                               _With('layers_0/.*', {'model.quantize':
                                                     'int8'})],

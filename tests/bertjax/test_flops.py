@@ -74,6 +74,37 @@ def test_albert_projection_and_head_by_hand():
   assert got == pytest.approx(expected, rel=1e-12)
 
 
+def test_mobilebert_by_hand():
+  # MobileBERT (Sun et al. 2020): H 512, I 128, E 128, 4 FFNs of 512, Q and
+  # K from the shared bottleneck, V from the 512-wide input.
+  model = bert.BertConfig(
+      vocab_size=30522, hidden_size=512, num_layers=24, num_heads=4,
+      intermediate_size=512, embedding_size=128, trigram_input=True,
+      intra_bottleneck_size=128, key_query_shared_bottleneck=True,
+      num_feedforward_networks=4)
+  d, i, f, s, e, v = 512, 128, 512, 128, 128, 30522
+  layer = (3 * 2 * d * i           # Input, shared Q/K and output bottlenecks.
+           + 2 * 2 * i * i + 2 * d * i   # Q and K from I, V from H.
+           + 4 * s * i + 2 * i * i       # Scores and AV; the output.
+           + 4 * 4 * i * f)              # The 4 FFNs.
+  assert layer == 1_736_704
+  assert flops.encoder_forward(model, s) == 2 * 3 * e * d + 24 * layer
+  # TINY: Q, K and V from the bottleneck, 2 FFNs.
+  tiny = dataclasses.replace(model, key_query_shared_bottleneck=False,
+                             bottleneck_attention=True,
+                             num_feedforward_networks=2)
+  tiny_layer = (2 * 2 * d * i + 3 * 2 * i * i + 4 * s * i + 2 * i * i
+                + 2 * 4 * i * f)
+  assert flops.encoder_forward(tiny, s) == 2 * 3 * e * d + 24 * tiny_layer
+  # The decoder is H wide: the word table's E and the extra H - E.
+  assert flops.mlm_head_forward(model) == 2 * (d * d + d * v)
+  # Without the bottleneck: BERT's layer and one more FFN.
+  stacked = bert.BertConfig.from_size('base', vocab_size=30522,
+                                      num_feedforward_networks=2)
+  assert flops.encoder_forward(stacked, s) == 12 * (
+      flops.layer_forward(768, 3072, s) + 4 * 768 * 3072)
+
+
 def test_sbo_adds_its_head_on_the_predictions():
   model = bert.BertConfig.from_size('base', vocab_size=30522)
   plain = bert_objective.flops_per_token(_cfg(seq=512, predictions=80),

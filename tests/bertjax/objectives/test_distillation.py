@@ -1,6 +1,7 @@
 """DistilBERT: the student's options in the encoder, its init from the
 teacher, the three losses, the teacher checks, the preset, and a tiny run."""
 
+import json
 import math
 import os
 import sys
@@ -461,6 +462,24 @@ def test_student_deeper_than_teacher_fails(teacher):
   cfg = _student_config(workdir, **{'distillation.student_layers': 5})
   with pytest.raises(distillation.TeacherError, match='student_layers=5'):
     distillation.make_task(cfg, 400)
+
+
+def test_mobilebert_teacher_fails(tmp_path, monkeypatch):
+  """A student copies BERT's layers: a teacher with MobileBERT's options
+  (here its embedding) is refused before its checkpoint is read."""
+  workdir = tmp_path / 'teacher'
+  workdir.mkdir()
+  teacher = _set(_teacher_config(), {'model.trigram_input': True,
+                                     'model.embedding_size': 16})
+  (workdir / distillation.RUN_META).write_text(json.dumps(
+      {'config': teacher.to_dict(), 'vocab_size': 400,
+       'tokenizer_sha256': ''}))
+  monkeypatch.setattr(distillation.checkpoint_lib, 'latest_step',
+                      lambda _: 3)
+  cfg = _set(_load(PRESET), {'distillation.teacher_workdir': str(workdir)})
+  with pytest.raises(distillation.TeacherError,
+                     match='MobileBERT-style run.*trigram_input'):
+    distillation.read_teacher(cfg)
 
 
 # ---- The preset.
