@@ -17,6 +17,7 @@ Families and their transformers classes:
 | ``albert`` | ``bert`` with ``model.num_layer_groups`` or ``embedding_size`` | ``AlbertForPreTraining`` |
 | ``electra`` | ``objective.name=electra`` | ``ElectraForPreTraining`` (discriminator), ``ElectraForMaskedLM`` (generator) |
 | ``distilbert`` | ``objective.name=distillation`` (the student) | ``DistilBertForMaskedLM`` |
+| ``mobilebert`` | ``bert`` with MobileBERT's options (``model.trigram_input``, ...) | ``MobileBertForPreTraining`` |
 
 Vocabulary: bertjax's tables have ``padded_vocab_size`` rows (a multiple of
 128); an export keeps the tokenizer's ``vocab_size`` rows, the only ones any
@@ -28,6 +29,15 @@ embedding (``ernie.embeddings.task_type_embeddings.weight``, bertjax's
 in both; ``config.json`` says ``use_task_id`` and ``task_type_vocab_size``.
 ``ErnieModel.from_pretrained`` loads the encoder of the export (the heads'
 ``cls.*`` tensors are then unused).
+
+MobileBERT: the trigram embedding, the bottlenecked layers (their FFNs
+``ffn_0`` .. ``ffn_{F-1}`` are transformers' ``ffn.0`` .. ``ffn.{F-2}``
+and then ``intermediate``/``output``), NoNorm (``scale``, ``bias`` <->
+``weight``, ``bias``), and the MLM decoder's extra table
+(``mlm_extra_embedding`` [V, H - E] <-> ``cls.predictions.dense.weight``
+[H - E, V]). The pooler is the dense + tanh one
+(``classifier_activation=True``): bertjax's NSP head reads it.
+``MobileBertModel.from_pretrained`` loads the encoder of the export.
 """
 
 from __future__ import annotations
@@ -52,12 +62,15 @@ from bertjax import pruning
 from bertjax import runs
 from bertjax import sharding
 from bertjax import storage
+from bertjax.models import bert as bert_lib
+from bertjax.models import config as model_config_lib
 from bertjax.objectives import distillation
 from bertjax.objectives import electra as electra_objective
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
-FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert', 'ernie')
+FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert', 'ernie',
+            'mobilebert')
 # (family, part) -> transformers architecture.
 ARCHITECTURES = {
     ('bert', None): 'BertForPreTraining',
@@ -67,13 +80,15 @@ ARCHITECTURES = {
     ('electra', 'discriminator'): 'ElectraForPreTraining',
     ('electra', 'generator'): 'ElectraForMaskedLM',
     ('distilbert', None): 'DistilBertForMaskedLM',
+    ('mobilebert', None): 'MobileBertForPreTraining',
 }
 _MODEL_TYPES = {'BertForPreTraining': 'bert', 'ErnieForPreTraining': 'ernie',
                 'RobertaForMaskedLM': 'roberta',
                 'AlbertForPreTraining': 'albert',
                 'ElectraForPreTraining': 'electra',
                 'ElectraForMaskedLM': 'electra',
-                'DistilBertForMaskedLM': 'distilbert'}
+                'DistilBertForMaskedLM': 'distilbert',
+                'MobileBertForPreTraining': 'mobilebert'}
 # What a family's class has no place for, said in the exported README.
 _LEFT_OUT = {
     'sbo': "the span boundary objective's head (SpanBERT's SBO: "
@@ -111,13 +126,21 @@ def check_family(cfg, family: str) -> None:
   _check_task_embedding(cfg.model, family)
   allowed = {'bert': {'bert', 'roberta'}, 'roberta': {'roberta', 'bert'},
              'albert': {'albert'}, 'electra': {'electra'},
-             'distilbert': {'distilbert'}, 'ernie': {'ernie'}}[natural]
+             'distilbert': {'distilbert'}, 'ernie': {'ernie'},
+             'mobilebert': {'mobilebert'}}[natural]
   if family not in allowed:
     raise ConversionError(
         f'a {natural} run (objective.name={cfg.objective.name!r}) cannot be '
         f'exported as {family}; use one of {sorted(allowed)}.')
   if cfg.model.scan_layers and family == 'albert':
     raise ConversionError('scanned layers cannot be ALBERT-shared.')
+  if family == 'mobilebert':
+    _check_mobilebert(cfg.model)
+  if family == 'roberta' and cfg.model.hidden_act != 'gelu':
+    raise ConversionError(
+        f"RobertaForMaskedLM's head applies GELU, and this run has "
+        f"model.hidden_act={cfg.model.hidden_act!r}: export it as family "
+        "'bert' (BertForPreTraining, whose head follows hidden_act).")
   if family == 'roberta' and cfg.model.gelu != 'exact':
     raise ConversionError(
         "RobertaForMaskedLM's head applies the exact (erf) GELU, and this run "
@@ -148,14 +171,51 @@ def _check_task_embedding(m, family: str) -> None:
                           'table; this run has model.type_vocab_size=0.')
 
 
+def _check_mobilebert(m) -> None:
+  """Raises ConversionError where MobileBertForPreTraining cannot hold the
+  ``model`` section ``m``'s model exactly."""
+  if not m.trigram_input:
+    raise ConversionError(
+        f'{", ".join(model_config_lib.mobilebert_options(m))} without '
+        "model.trigram_input: transformers' MobileBERT embeds with the "
+        'trigram (and projects any embedding_size to H before adding the '
+        "H-wide tables, which bertjax's ALBERT factorization does not); set "
+        'model.trigram_input=True.')
+  if m.num_layer_groups or m.task_type_vocab_size or not m.type_vocab_size:
+    raise ConversionError(
+        'MobileBertForPreTraining has no shared layers, no task embedding '
+        'and always a token-type table (model.num_layer_groups='
+        f'{m.num_layer_groups}, model.task_type_vocab_size='
+        f'{m.task_type_vocab_size}, model.type_vocab_size='
+        f'{m.type_vocab_size}).')
+  if (m.intra_bottleneck_size and not m.bottleneck_attention
+      and not m.key_query_shared_bottleneck
+      and m.intra_bottleneck_size != (m.hidden_size or
+                                      bert_lib.SIZES[m.size][1])):
+    raise ConversionError(
+        'q, k and v reading the H-wide layer input with a bottleneck of '
+        f'another width (model.intra_bottleneck_size='
+        f'{m.intra_bottleneck_size}, IB-BERT, the teacher): transformers '
+        'sizes query and key for I-wide inputs and cannot run it.')
+  if m.normalization == 'layer_norm' and m.layer_norm_epsilon != 1e-5:
+    raise ConversionError(
+        "transformers' MobileBERT LayerNorms the embeddings and each "
+        'layer\'s last FFN with epsilon 1e-5 whatever layer_norm_eps says '
+        f'(model.layer_norm_epsilon={m.layer_norm_epsilon}): with '
+        "model.normalization='layer_norm', set model.layer_norm_epsilon="
+        '1e-5 for one epsilon everywhere.')
+
+
 # ---------------------------------------------------------------------------
 # The name tables: (transformers name, bertjax path, conversion).
 #
 # Conversions: 'copy'; 'linear' (a kernel [in, out] <-> weight [out, in]);
-# ('q'|'k'|'v', 'kernel'|'bias') slices of the fused Q/K/V; 'attn_out'
-# (out_kernel [H, K, D] <-> weight [D, H*K]); 'vocab' (rows trimmed to the
-# tokenizer's vocabulary); 'positions+N' (RoBERTa's table, whose rows start
-# at N = pad_token_id + 1).
+# ('q'|'k'|'v', i) slice i of the fused Q/K/V (or Q/K); 'heads' (a kernel
+# [D, H, K] <-> weight [H*K, D], a bias [H, K] <-> [H*K]: MobileBERT's V);
+# 'attn_out' (out_kernel [H, K, D] <-> weight [D, H*K]); 'vocab' (rows
+# trimmed to the tokenizer's vocabulary); 'vocab.T' (the same, transposed);
+# 'positions+N' (RoBERTa's table, whose rows start at N = pad_token_id +
+# 1).
 
 Rule = tuple[str, tuple[str, ...], object]
 
@@ -169,9 +229,11 @@ def _dense(hf: str, path: tuple[str, ...]) -> Iterator[Rule]:
   yield f'{hf}.bias', path + ('bias',), 'copy'
 
 
-def _norm(hf: str, path: tuple[str, ...]) -> Iterator[Rule]:
-  yield f'{hf}.weight', path + ('LayerNorm_0', 'scale'), 'copy'
-  yield f'{hf}.bias', path + ('LayerNorm_0', 'bias'), 'copy'
+def _norm(hf: str, path: tuple[str, ...], no_norm: bool = False
+          ) -> Iterator[Rule]:
+  inner = () if no_norm else ('LayerNorm_0',)   # bert.NoNorm: its own.
+  yield f'{hf}.weight', path + inner + ('scale',), 'copy'
+  yield f'{hf}.bias', path + inner + ('bias',), 'copy'
 
 
 # Per family: the names inside one layer, in transformers' terms.
@@ -207,7 +269,8 @@ def _layer(hf: str, path: tuple[str, ...], names: dict) -> Iterator[Rule]:
 
 
 def _embeddings(hf: str, positions='copy', token_types: bool = True,
-                task_types: bool = False) -> Iterator[Rule]:
+                task_types: bool = False, no_norm: bool = False
+                ) -> Iterator[Rule]:
   yield f'{hf}.word_embeddings.weight', ('embeddings', 'word',
                                          'embedding'), 'vocab'
   yield f'{hf}.position_embeddings.weight', ('embeddings', 'position',
@@ -218,7 +281,7 @@ def _embeddings(hf: str, positions='copy', token_types: bool = True,
   if task_types:
     yield f'{hf}.task_type_embeddings.weight', ('embeddings', 'task_type',
                                                 'embedding'), 'copy'
-  yield from _norm(f'{hf}.LayerNorm', ('embeddings', 'layer_norm'))
+  yield from _norm(f'{hf}.LayerNorm', ('embeddings', 'layer_norm'), no_norm)
 
 
 def _encoder_layers(hf_prefix: str, prefix: tuple[str, ...], num: int,
@@ -227,11 +290,83 @@ def _encoder_layers(hf_prefix: str, prefix: tuple[str, ...], num: int,
     yield from _layer(f'{hf_prefix}.{i}', prefix + (f'layer_{i}',), names)
 
 
+def _mobilebert_layer(hf: str, path: tuple[str, ...], dims: dict
+                      ) -> Iterator[Rule]:
+  """One of MobileBertLayer's (bert.MobileBertLayer) ``dims``: its
+  ``bottleneck``, ``key_query_shared``, ``ffns`` and ``no_norm``."""
+  no_norm = dims['no_norm']
+  attention = path + ('attention',)
+  if dims['bottleneck']:
+    yield from _dense(f'{hf}.bottleneck.input.dense',
+                      path + ('input_bottleneck',))
+    yield from _norm(f'{hf}.bottleneck.input.LayerNorm',
+                     path + ('input_bottleneck_norm',), no_norm)
+  if dims['key_query_shared']:
+    yield from _dense(f'{hf}.bottleneck.attention.dense',
+                      path + ('query_key_bottleneck',))
+    yield from _norm(f'{hf}.bottleneck.attention.LayerNorm',
+                     path + ('query_key_bottleneck_norm',), no_norm)
+    for i, (part, name) in enumerate((('q', 'query'), ('k', 'key'))):
+      for kind in ('kernel', 'bias'):
+        yield (f'{hf}.attention.self.{name}.'
+               f'{"weight" if kind == "kernel" else "bias"}',
+               attention + (f'qk_{kind}',), (part, i))
+    yield (f'{hf}.attention.self.value.weight', attention + ('v_kernel',),
+           'heads')
+    yield f'{hf}.attention.self.value.bias', attention + ('v_bias',), 'heads'
+  else:
+    for i, (part, name) in enumerate((('q', 'query'), ('k', 'key'),
+                                      ('v', 'value'))):
+      yield (f'{hf}.attention.self.{name}.weight',
+             attention + ('qkv_kernel',), (part, i))
+      yield (f'{hf}.attention.self.{name}.bias', attention + ('qkv_bias',),
+             (part, i))
+  yield (f'{hf}.attention.output.dense.weight', attention + ('out_kernel',),
+         'attn_out')
+  yield f'{hf}.attention.output.dense.bias', attention + ('out_bias',), 'copy'
+  yield from _norm(f'{hf}.attention.output.LayerNorm',
+                   path + ('attention_norm',), no_norm)
+  last = dims['ffns'] - 1
+  for i in range(dims['ffns']):
+    # The stacked FFNs, then the last one under the layer's own names.
+    ffn = f'{hf}.ffn.{i}.' if i < last else f'{hf}.'
+    intermediate, output = f'{ffn}intermediate', f'{ffn}output'
+    yield from _dense(f'{intermediate}.dense', path + (f'ffn_{i}', 'wi'))
+    yield from _dense(f'{output}.dense', path + (f'ffn_{i}', 'wo'))
+    yield from _norm(f'{output}.LayerNorm', path + (f'ffn_{i}_norm',),
+                     no_norm)
+  if dims['bottleneck']:
+    yield from _dense(f'{hf}.output.bottleneck.dense',
+                      path + ('output_bottleneck',))
+    yield from _norm(f'{hf}.output.bottleneck.LayerNorm',
+                     path + ('output_norm',), no_norm)
+
+
+def _mobilebert(dims: dict) -> Iterator[Rule]:
+  """MobileBertForPreTraining's table."""
+  yield from _embeddings('mobilebert.embeddings', no_norm=dims['no_norm'])
+  yield from _dense('mobilebert.embeddings.embedding_transformation',
+                    ('embeddings', 'trigram_projection'))
+  for i in range(dims['num_layers']):
+    yield from _mobilebert_layer(f'mobilebert.encoder.layer.{i}',
+                                 (f'layer_{i}',), dims)
+  yield from _dense('mobilebert.pooler.dense', ('pooler',))
+  yield from _dense('cls.predictions.transform.dense', ('mlm_transform',))
+  yield from _norm('cls.predictions.transform.LayerNorm', ('mlm_norm',))
+  yield 'cls.predictions.bias', ('mlm_output_bias',), 'vocab'
+  if dims['decoder_extra']:
+    yield ('cls.predictions.dense.weight', ('mlm_extra_embedding',),
+           'vocab.T')
+  yield from _dense('cls.seq_relationship', ('nsp',))
+
+
 def rules(family: str, dims: dict, part: str | None = None) -> list[Rule]:
   """The name table of ``family`` for a model of ``dims`` (``num_layers``,
   ``num_groups``, ``factorized``, ``pad_token_id``, ``token_types``; for
   ERNIE ``task_types``, whether it has the task table; for ELECTRA
-  ``generator_layers`` and ``generator_factorized``)."""
+  ``generator_layers`` and ``generator_factorized``; for MobileBERT
+  ``no_norm``, ``bottleneck``, ``key_query_shared``, ``ffns`` and
+  ``decoder_extra``, whether the MLM decoder has its extra table)."""
   out: list[Rule] = []
   bert_names = _LAYER_NAMES['bert']
   if family in ('bert', 'roberta', 'ernie'):
@@ -284,6 +419,8 @@ def rules(family: str, dims: dict, part: str | None = None) -> list[Rule]:
       out += _norm('generator_predictions.LayerNorm', ('generator_norm',))
       out.append(('generator_lm_head.bias', ('generator_output_bias',),
                   'vocab'))
+  elif family == 'mobilebert':
+    out += _mobilebert(dims)
   elif family == 'distilbert':
     out += _embeddings('distilbert.embeddings', token_types=False)
     out += _encoder_layers('distilbert.transformer.layer', (),
@@ -303,7 +440,8 @@ TIED = {'bert': ('cls.predictions.decoder.weight',),
         'roberta': ('lm_head.decoder.weight',),
         'albert': ('predictions.decoder.weight',),
         ('electra', 'generator'): ('generator_lm_head.weight',),
-        'distilbert': ('vocab_projector.weight',)}
+        'distilbert': ('vocab_projector.weight',),
+        'mobilebert': ('cls.predictions.decoder.weight',)}
 
 
 # ---------------------------------------------------------------------------
@@ -335,6 +473,12 @@ def _to_hf(value: np.ndarray, conversion, vocab_size: int) -> np.ndarray:
     return value.T
   if conversion == 'vocab':
     return value[:vocab_size]
+  if conversion == 'vocab.T':
+    return value[:vocab_size].T
+  if conversion == 'heads':             # [D, H, K] -> [H*K, D]; [H, K].
+    if value.ndim == 3:
+      return value.reshape(value.shape[0], -1).T
+    return value.reshape(-1)
   if conversion == 'attn_out':
     h, k, d = value.shape
     return value.reshape(h * k, d).T
@@ -356,7 +500,13 @@ def _dims(cfg, model_cfg) -> dict:
           'num_groups': model_cfg.num_layer_groups or model_cfg.num_layers,
           'factorized': model_cfg.factorized,
           'task_types': bool(model_cfg.task_type_vocab_size),
-          'pad_token_id': tokenizer_lib.PAD_ID}
+          'pad_token_id': tokenizer_lib.PAD_ID,
+          'no_norm': model_cfg.normalization == 'no_norm',
+          'bottleneck': model_cfg.bottleneck,
+          'key_query_shared': (model_cfg.bottleneck
+                               and model_cfg.key_query_shared_bottleneck),
+          'ffns': model_cfg.num_feedforward_networks,
+          'decoder_extra': bool(model_cfg.decoder_extra_width)}
   if cfg.objective.name == electra_objective.NAME:
     _, generator = electra_objective.model_configs(
         cfg, model_cfg.output_vocab_size)
@@ -383,6 +533,10 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
       cfg, model_cfg), part) if path == ('embeddings', 'word', 'embedding'))]
   for name in TIED.get((family, part), TIED.get(family, ())):
     state[name] = word
+  if family == 'mobilebert' and not model_cfg.decoder_extra_width:
+    # E == H: transformers keeps its decoder's extra table, with no rows.
+    state['cls.predictions.dense.weight'] = np.zeros((0, vocab_size),
+                                                     np.float32)
   return state
 
 
@@ -404,6 +558,8 @@ def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
   if family == 'electra' and part == 'generator':
     _, generator = electra_objective.model_configs(cfg, vocab_size)
   act = 'gelu_new' if m.gelu_approximate else 'gelu'
+  if m.hidden_act == 'relu':
+    act = 'relu'
   common = {
       'architectures': [ARCHITECTURES[(family, part)]],
       'model_type': _MODEL_TYPES[ARCHITECTURES[(family, part)]],
@@ -445,6 +601,15 @@ def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
   if family == 'ernie':
     config.update(use_task_id=bool(m.task_type_vocab_size),
                   task_type_vocab_size=m.task_type_vocab_size)
+  if family == 'mobilebert':
+    config.update(
+        embedding_size=m.word_width, trigram_input=True,
+        use_bottleneck=m.bottleneck, intra_bottleneck_size=m.intra_width,
+        use_bottleneck_attention=m.bottleneck and m.bottleneck_attention,
+        key_query_shared_bottleneck=(m.bottleneck
+                                     and m.key_query_shared_bottleneck),
+        num_feedforward_networks=m.num_feedforward_networks,
+        normalization_type=m.normalization, classifier_activation=True)
   if encoder.pruned_heads:
     # transformers 5 has no head pruning (its ``pruned_heads`` is gone):
     # the pruned heads are written as zeros (hf_state_dict), and named here
@@ -471,9 +636,14 @@ def _from_hf(tensors: list[np.ndarray], conversion, padded_vocab: int,
     return value
   if conversion == 'linear':
     return value.T
-  if conversion == 'vocab':
+  if conversion in ('vocab', 'vocab.T'):
+    value = value.T if conversion == 'vocab.T' else value
     pad = [(0, padded_vocab - value.shape[0])] + [(0, 0)] * (value.ndim - 1)
     return np.pad(value, pad)
+  if conversion == 'heads':             # [H*K, D] -> [D, H, K]; [H*K].
+    if value.ndim == 2:
+      return value.T.reshape(value.shape[1], -1, head_dim)
+    return value.reshape(-1, head_dim)
   if conversion == 'attn_out':
     d, hk = value.shape
     return value.T.reshape(hk // head_dim, head_dim, d)
@@ -499,18 +669,19 @@ def params_from_state_dict(state: dict[str, np.ndarray], family: str,
   fused: dict = {}
   for hf, path, conversion in table:
     value = np.asarray(state[hf], np.float32)
-    if isinstance(conversion, tuple):   # Collect Q, K, V, then fuse.
-      fused.setdefault(path, [None] * 3)[conversion[1]] = value
+    if isinstance(conversion, tuple):   # Collect Q, K, V (or Q, K), fuse.
+      fused.setdefault(path, {})[conversion[1]] = value
       continue
     _set(params, path, _from_hf([value], conversion, padded_vocab, head_dim))
-  for path, (q, k, v) in fused.items():
-    if path[-1] == 'qkv_kernel':       # [H*K, D] x 3 -> [D, 3, H, K].
-      d = q.shape[1]
+  for path, parts in fused.items():
+    parts = [parts[i] for i in sorted(parts)]
+    if path[-1].endswith('_kernel'):   # [H*K, D] x 3 -> [D, 3, H, K].
+      d = parts[0].shape[1]
       _set(params, path, np.stack([w.T.reshape(d, -1, head_dim)
-                                   for w in (q, k, v)], axis=1))
+                                   for w in parts], axis=1))
     else:                              # [H*K] x 3 -> [3, H, K].
       _set(params, path, np.stack([b.reshape(-1, head_dim)
-                                   for b in (q, k, v)]))
+                                   for b in parts]))
   return params
 
 
@@ -627,7 +798,8 @@ def _write_readme(directory: str, run, family: str, part, omitted) -> None:
       f'tokenizer\'s {run.vocab_size} ids (bertjax pads its tables to a '
       'multiple of 128 with rows no input reaches).',
   ]
-  if family in ('bert', 'ernie') and not run.config.objective.nsp_weight:
+  if family in ('bert', 'ernie', 'mobilebert') and (
+      not run.config.objective.nsp_weight):
     lines += ['', f'The pooler and the NSP head (`{family}.pooler`, '
               '`cls.seq_relationship`) are as initialized: the run trained '
               'without NSP (`objective.nsp_weight=0`).']
@@ -639,6 +811,12 @@ def _write_readme(directory: str, run, family: str, part, omitted) -> None:
   if family == 'roberta':
     lines += ['', 'Position ids start at pad_token_id + 1 = 1, as '
               "RoBERTa's do; row 0 of the position table is unused."]
+  if family == 'mobilebert':
+    lines += ['', '`transformers.MobileBertModel.from_pretrained(PATH)` loads '
+              'the encoder alone. The pooler is a dense layer and tanh '
+              '(`classifier_activation=True`, which bertjax\'s NSP head '
+              'reads); google-research\'s MobileBERT configs pool the raw '
+              '[CLS] state instead.']
   if omitted:
     lines += ['', 'Not exported (this class has no place for it):', '']
     lines += [f'- {item}' for item in omitted]
@@ -703,7 +881,10 @@ def _encoder_fields(cfg, hf: dict) -> None:
   m.layer_norm_epsilon = hf.get('layer_norm_eps', 1e-12)
   m.hidden_dropout_rate = hf.get('hidden_dropout_prob', 0.1)
   m.attention_dropout_rate = hf.get('attention_probs_dropout_prob', 0.1)
-  m.gelu = _gelu(hf, 'hidden_act')
+  if hf.get('hidden_act') == 'relu':
+    m.hidden_act = 'relu'
+  else:
+    m.gelu = _gelu(hf, 'hidden_act')
   m.max_position_embeddings = hf['max_position_embeddings']
 
 
@@ -796,6 +977,8 @@ def _config_from_hf(hf: dict, family: str, generator_hf: dict | None):
     if cfg.model.embedding_size == cfg.model.hidden_size:
       raise ConversionError('an ALBERT checkpoint with embedding_size == '
                             'hidden_size: bertjax has no projection then.')
+  if family == 'mobilebert':
+    _mobilebert_fields(cfg.model, hf)
   if family == 'electra':
     cfg.objective.name = electra_objective.NAME
     cfg.model.gelu = 'exact'
@@ -808,6 +991,33 @@ def _config_from_hf(hf: dict, family: str, generator_hf: dict | None):
   cfg.data.max_seq_length = min(cfg.data.max_seq_length,
                                 cfg.model.max_position_embeddings)
   return cfg
+
+
+def _mobilebert_fields(m, hf: dict) -> None:
+  """MobileBERT's options in the ``model`` section ``m`` from its
+  ``config.json`` ``hf`` (transformers' defaults where a key is missing)."""
+  if not hf.get('trigram_input', True):
+    raise ConversionError('trigram_input=False: bertjax builds '
+                          "MobileBERT's embedding with the trigram only.")
+  if not hf.get('classifier_activation', True):
+    raise ConversionError(
+        'classifier_activation=False (the pooled output is the raw [CLS] '
+        "state): bertjax's NSP head reads a dense + tanh pooler.")
+  bottleneck = hf.get('use_bottleneck', True)
+  attention = bottleneck and hf.get('use_bottleneck_attention', False)
+  m.embedding_size = hf.get('embedding_size', 128)
+  m.trigram_input = True
+  m.intra_bottleneck_size = (hf.get('intra_bottleneck_size', 128)
+                             if bottleneck else 0)
+  m.bottleneck_attention = attention
+  # With bottleneck attention, transformers keeps a shared bottleneck it
+  # never uses; bertjax has none.
+  m.key_query_shared_bottleneck = bool(
+      bottleneck and not attention
+      and hf.get('key_query_shared_bottleneck', True))
+  m.num_feedforward_networks = hf.get('num_feedforward_networks', 4)
+  m.normalization = hf.get('normalization_type', 'no_norm')
+  _check_mobilebert(m)
 
 
 def _distilbert_fields(cfg, hf: dict) -> None:

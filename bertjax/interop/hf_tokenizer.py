@@ -30,7 +30,8 @@ from sentencepiece import sentencepiece_model_pb2
 
 from data_pipelines import tokenizer as tokenizer_lib
 
-FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert', 'ernie')
+FAMILIES = ('bert', 'roberta', 'albert', 'electra', 'distilbert', 'ernie',
+            'mobilebert')
 # The SentencePiece model's name in an export, and the names it has in
 # transformers directories we import from, in the order they are looked for.
 MODEL_FILE = 'tokenizer.model'

@@ -108,18 +108,24 @@ def make_task(cfg, vocab_size: int) -> base.Task:
 
 
 def export_family(cfg) -> str:
-  """ERNIE 2.0 with a task embedding; ALBERT with shared layers or a
-  factorized embedding; RoBERTa with no NSP, packed full sentences and
-  fairseq's exact GELU; BERT otherwise. SpanBERT's runs (span masking,
-  with or without SBO) are BERTs, as SpanBERT released them, and so are
-  ERNIE 1.0's (knowledge masking, no task embedding)."""
-  if cfg.model.task_type_vocab_size > 0:
+  """MobileBERT with its trigram embedding, bottleneck, stacked FFNs or
+  NoNorm (ReLU alone is a BERT's option); ERNIE 2.0 with a task embedding;
+  ALBERT with shared layers or a factorized embedding; RoBERTa with no
+  NSP, packed full sentences and fairseq's exact GELU; BERT otherwise.
+  SpanBERT's runs (span masking, with or without SBO) are BERTs, as
+  SpanBERT released them, and so are ERNIE 1.0's (knowledge masking, no
+  task embedding)."""
+  m = cfg.model
+  if (m.trigram_input or model_config_lib.mobilebert_layers(m)
+      or m.normalization != 'layer_norm'):
+    return 'mobilebert'
+  if m.task_type_vocab_size > 0:
     return 'ernie'
-  if cfg.model.num_layer_groups or cfg.model.embedding_size:
+  if m.num_layer_groups or m.embedding_size:
     return 'albert'
   if (cfg.objective.nsp_weight == 0 and cfg.data.layout == 'full_sentences'
-      and cfg.model.gelu == 'exact' and not cfg.objective.sbo_weight
-      and cfg.masking.strategy != 'span'):
+      and m.gelu == 'exact' and m.hidden_act == 'gelu'
+      and not cfg.objective.sbo_weight and cfg.masking.strategy != 'span'):
     return 'roberta'
   return 'bert'
 
