@@ -40,8 +40,8 @@ _HF = {'vocab_size': 'vocab_size', 'hidden_size': 'hidden_size',
        'bottleneck_attention': 'use_bottleneck_attention',
        'key_query_shared_bottleneck': 'key_query_shared_bottleneck',
        'num_feedforward_networks': 'num_feedforward_networks'}
-# The counts of the research notes (runs/notes/mobilebert.md, Sec. 5),
-# measured on transformers; the paper says 25.3M and 15.1M.
+# The counts transformers 5 gives (MobileBertModel(config), its
+# parameters summed), written down; the paper says 25.3M and 15.1M.
 NOTES = {('mobilebert', False): 24_581_888, ('mobilebert', True): 24_844_544,
          ('mobilebert-tiny', False): 15_485_696}
 
