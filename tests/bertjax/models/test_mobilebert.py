@@ -42,7 +42,7 @@ _HF = {'vocab_size': 'vocab_size', 'hidden_size': 'hidden_size',
        'num_feedforward_networks': 'num_feedforward_networks'}
 # The counts transformers 5 gives (MobileBertModel(config), its
 # parameters summed), written down; the paper says 25.3M and 15.1M.
-NOTES = {('mobilebert', False): 24_581_888, ('mobilebert', True): 24_844_544,
+HF_COUNTS = {('mobilebert', False): 24_581_888, ('mobilebert', True): 24_844_544,
          ('mobilebert-tiny', False): 15_485_696}
 
 
@@ -76,7 +76,7 @@ def test_parameter_counts_equal_transformers(name):
                 if k == 'embeddings' or k.startswith('layer_'))
   assert encoder == _hf_count(PAPER[name], pooler=False)
   assert encoder + counts['pooler'] == _hf_count(PAPER[name], pooler=True)
-  for (model, pooler), expected in NOTES.items():
+  for (model, pooler), expected in HF_COUNTS.items():
     if model == name:
       assert encoder + pooler * counts['pooler'] == expected
   # With the heads: the MLM transform, bias and extra decoder table, NSP.
