@@ -5,6 +5,13 @@ import json
 import os
 import socket
 
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.objectives import bert as bert_objective
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 CONFIGS = os.path.join(REPO, 'experiments', 'configs')
@@ -64,3 +71,18 @@ def free_port() -> int:
   with socket.socket() as s:
     s.bind(('localhost', 0))
     return s.getsockname()[1]
+
+
+def random_bert_params(cfg, vocab_size: int, scale: float, seed: int = 0):
+  """The bert objective's parameter tree for ``cfg`` (its shapes only are
+  traced), every value drawn from N(0, ``scale``): no bias zero and no
+  norm the identity, so a test that maps or slices the tree checks every
+  tensor's place."""
+  ids = jnp.zeros((1, cfg.data.max_seq_length), jnp.int32)
+  batch = {'input_ids': ids, 'token_type_ids': ids, 'attention_mask': ids,
+           'masked_positions': ids[:, :4], 'masked_unit_start': ids[:, :4]}
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+      lambda x: rng.normal(0, scale, x.shape).astype(np.float32),
+      nn.unbox(jax.eval_shape(bert_objective.make_task(cfg, vocab_size).init,
+                              jax.random.key(3), batch)))

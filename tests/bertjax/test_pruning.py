@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +20,7 @@ from bertjax import pruning
 from bertjax.interop import hf_convert
 from bertjax.models import bert as bert_lib
 from bertjax.objectives import bert as bert_objective
+import preset_helpers
 
 VOCAB = 100
 LENGTH = 16
@@ -58,14 +58,7 @@ def unpruned():
   """(cfg, model config, params): random values (no bias zero, no
   LayerNorm the identity) on the bert objective's parameter tree."""
   cfg = _config()
-  ids = jnp.zeros((1, cfg.data.max_seq_length), jnp.int32)
-  batch = {'input_ids': ids, 'token_type_ids': ids, 'attention_mask': ids,
-           'masked_positions': ids[:, :4], 'masked_unit_start': ids[:, :4]}
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(
-      lambda x: rng.normal(0, 0.5, x.shape).astype(np.float32),
-      nn.unbox(jax.eval_shape(bert_objective.make_task(cfg, VOCAB).init,
-                              jax.random.key(3), batch)))
+  params = preset_helpers.random_bert_params(cfg, VOCAB, 0.5)
   return cfg, bert_objective.encoder_config(cfg, VOCAB), params
 
 

@@ -7,9 +7,7 @@ export imports back to the same parameters."""
 import json
 import os
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -20,6 +18,7 @@ from bertjax.interop import hf_convert
 from bertjax.models import bert as bert_lib
 from bertjax.objectives import bert as bert_objective
 from data_pipelines import tokenizer as tokenizer_lib
+import preset_helpers
 
 VOCAB = 100          # Not a multiple of 128: bertjax pads its tables.
 LENGTH = 16
@@ -54,17 +53,8 @@ def exported(request, tmp_path_factory):
   bert objective's parameter tree, written as MobileBertForPreTraining."""
   cfg = _config(request.param)
   assert hf_convert.family_of(cfg) == 'mobilebert'
-  ids = jnp.zeros((1, cfg.data.max_seq_length), jnp.int32)
-  batch = {'input_ids': ids, 'token_type_ids': ids, 'attention_mask': ids,
-           'masked_positions': ids[:, :4], 'masked_unit_start': ids[:, :4]}
-  # Random values (no bias zero, no NoNorm the identity), so each tensor's
-  # place is checked; small enough that the un-normalized stream stays
-  # near 1.
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(
-      lambda x: rng.normal(0, 0.2, x.shape).astype(np.float32),
-      nn.unbox(jax.eval_shape(bert_objective.make_task(cfg, VOCAB).init,
-                              jax.random.key(3), batch)))
+  # Small enough that the un-normalized (NoNorm) stream stays near 1.
+  params = preset_helpers.random_bert_params(cfg, VOCAB, 0.2)
   directory = str(tmp_path_factory.mktemp(request.param))
   hf_convert.write_model(
       directory, hf_convert.hf_state_dict(params, cfg, 'mobilebert', VOCAB),
