@@ -303,9 +303,15 @@ def _flat(tree) -> dict[str, np.ndarray]:
 
 
 def _serialized(params) -> bytes:
-  """``params`` (float, or ``quantization.int8_params``) as the bytes of a safetensors
-  file: what they take on disk."""
+  """``params`` (float, or ``quantization.int8_params``) as the bytes of
+  a safetensors file: what they take on disk."""
   return st_numpy.save(_flat(params))
+
+
+def float32_bytes(params) -> int:
+  """The bytes of ``params`` as a float32 safetensors file."""
+  return len(_serialized(jax.tree.map(
+      lambda x: np.asarray(x, np.float32), params)))
 
 
 def _model_json(model) -> dict:
@@ -337,9 +343,9 @@ def _abstract_int8(model, seq_length: int):
 
 
 def save_int8(directory: str, model, params) -> None:
-  """``quantization.int8_params`` of ``model`` (a ``DownstreamModel``) into ``directory``
-  (which exists): ``INT8_WEIGHTS`` and ``INT8_CONFIG``, which
-  ``load_int8`` reads back."""
+  """``quantization.int8_params`` of ``model`` (a ``DownstreamModel``)
+  into ``directory`` (which exists): ``INT8_WEIGHTS`` and ``INT8_CONFIG``,
+  which ``load_int8`` reads back."""
   storage.write_bytes(os.path.join(directory, INT8_WEIGHTS),
                       _serialized(params))
   storage.write_text(os.path.join(directory, INT8_CONFIG),
@@ -413,7 +419,6 @@ def int8(workdir: str, out_dir: str) -> dict:
   batch = run.config.batch_size
   trained = _logits(run.model, run.params, data, batch)
   served = _logits(quantization.int8_model(run.model), params8, data, batch)
-  float32 = jax.tree.map(lambda x: np.asarray(x, np.float32), run.params)
   record = {
       'workdir': workdir, 'step': run.step, 'method': 'int8',
       'max_abs_logit_difference': float(np.abs(trained - served).max()),
@@ -421,7 +426,7 @@ def int8(workdir: str, out_dir: str) -> dict:
           run.task, trained, data, run.config),
       'int8_metrics': finetune.evaluate_task(run.task, served, data,
                                              run.config),
-      'float32_bytes': len(_serialized(float32)),
+      'float32_bytes': float32_bytes(run.params),
       'int8_bytes': len(_serialized(params8)),
   }
   record['int8_fraction_of_float32'] = (record['int8_bytes']

@@ -112,16 +112,30 @@ def _append(path: str, row: dict) -> None:
   storage.write_text(path, text + json.dumps(row, sort_keys=True) + '\n')
 
 
+def _record(directory: str) -> dict:
+  """What compress.py wrote beside the directory it made."""
+  return json.loads(storage.read_text(os.path.join(directory,
+                                                   compress.SOURCE_FILE)))
+
+
+def _made_once(directory: str, make) -> dict:
+  """The record of ``directory``, which ``make(directory)`` (a command of
+  compress.py) writes unless an earlier run finished it; an unfinished one
+  (no record) is removed first."""
+  if storage.isfile(os.path.join(directory, compress.SOURCE_FILE)):
+    return _record(directory)
+  if storage.exists(directory):
+    storage.rmtree(directory)
+  return make(directory)
+
+
 def source_of(model: str, init: str, out: str) -> str:
   """The pretrained directory ``model`` fine-tunes from (made once)."""
   fraction = heads_removed(model)
   if fraction is None:
     return init
   pruned = os.path.join(out, f'{model}-source')
-  if not storage.isfile(os.path.join(pruned, compress.SOURCE_FILE)):
-    if storage.exists(pruned):   # An unfinished pruning: ours to redo.
-      storage.rmtree(pruned)
-    compress.prune_heads(init, pruned, fraction)
+  _made_once(pruned, lambda d: compress.prune_heads(init, d, fraction))
   return pruned
 
 
@@ -143,14 +157,8 @@ def run_model(model: str, seed: int, spec: str, init: str, out: str
          'eval_predictions': result['eval_predictions'],
          'eval_labels': result['eval_labels']}
   if model == 'int8':
-    served = f'{workdir}-int8'
-    if storage.isfile(os.path.join(served, compress.SOURCE_FILE)):
-      record = json.loads(storage.read_text(os.path.join(
-          served, compress.SOURCE_FILE)))
-    else:
-      if storage.exists(served):
-        storage.rmtree(served)
-      record = compress.int8(workdir, served)
+    record = _made_once(f'{workdir}-int8',
+                        lambda d: compress.int8(workdir, d))
     row.update(metrics=record['int8_metrics'],
                eval_predictions=record['eval_predictions'],
                fake_quantized_metrics=record['fake_quantized_metrics'],
@@ -166,12 +174,10 @@ def _served(model: str, workdir: str):
   """(model, params, bytes on disk, parameters) as served."""
   if model == 'int8':
     net, params = compress.load_int8(f'{workdir}-int8')
-    record = json.loads(storage.read_text(os.path.join(
-        f'{workdir}-int8', compress.SOURCE_FILE)))
-    return net, params, record['int8_bytes'], _count(params)
+    return (net, params, _record(f'{workdir}-int8')['int8_bytes'],
+            _count(params))
   run = finetune.read_run(workdir)
-  float32 = jax.tree.map(lambda x: np.asarray(x, np.float32), run.params)
-  return (run.model, run.params, len(compress._serialized(float32)),  # pylint: disable=protected-access
+  return (run.model, run.params, compress.float32_bytes(run.params),
           _count(run.params))
 
 

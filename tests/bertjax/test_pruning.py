@@ -5,8 +5,6 @@ its kept subsets are the models it trained, and transformers loads a
 pruned export with its ``pruned_heads`` and equal outputs."""
 
 import dataclasses
-import json
-import os
 
 import jax
 import jax.numpy as jnp

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from bertjax import config_lib
-from bertjax import flops
 from bertjax import objectives
 from bertjax import train
 from bertjax.runtime import checkpoint as checkpoint_lib
