@@ -16,13 +16,18 @@ task), with the same seeds for every model:
   (experiments/compress.py prune_heads --fraction=0.5), then fine-tuned;
   any ``headsNN`` (NN percent) in ``--models``, e.g. a curve of accuracy
   against heads removed: ``--models=heads25,heads50,heads75``.
+- with ``--mobilebert=RUN`` (a finished MobileBERT run, objective
+  ``mobilebert``): ``mobilebert``, its student fine-tuned, next to
+  ``ib-bert``, its IB-BERT teacher fine-tuned (the uncompressed source
+  the student was distilled from).
 
 For each: the parameters, the bytes of its weights on disk (float32, or
 int8 with scales, as safetensors), the CPU inference latency per
 sequence (batch 1 and batch 8, all models timed in turns in this
 process), and the held-out accuracy with its 95% interval over seeds and
-examples, and its difference from ``float`` (paired by seed); a
-difference whose interval holds 0 is reported as none.
+examples, and its difference from its source (paired by seed: ``float``
+for int8 and headsNN, ``ib-bert`` for mobilebert); a difference whose
+interval holds 0 is reported as none.
 
 Resumable: every fine-tuning resumes where it stopped, a finished one is
 read back, and each finished (model, seed) is appended to
@@ -55,6 +60,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_FINETUNE = os.path.join(_ROOT, 'experiments', 'configs',
                                 'finetune.py')
 MODELS = ('float', 'int8', 'heads50')   # The default --models.
+MOBILEBERT = ('ib-bert', 'mobilebert')  # Added by --mobilebert.
 ROWS = 'rows.jsonl'
 REPORT = 'report.md'
 LATENCY_BATCHES = (1, 8)
@@ -67,8 +73,8 @@ class TableError(ValueError):
 
 def heads_removed(model: str) -> float | None:
   """``headsNN`` -> NN / 100 (the fraction of heads pruned); None for
-  ``float`` and ``int8``."""
-  if model in ('float', 'int8'):
+  the models that keep every head."""
+  if model in ('float', 'int8') + MOBILEBERT:
     return None
   digits = model.removeprefix('heads')
   if model.startswith('heads') and digits.isdigit() and 0 < int(digits) < 100:
@@ -82,8 +88,38 @@ def describe(model: str) -> str:
   if fraction is not None:
     return f'{fraction:.0%} of the heads pruned by importance, fine-tuned'
   return {'float': 'the source, fine-tuned',
-          'int8': 'Q8BERT: quantization-aware fine-tuning, served in int8'
+          'int8': 'Q8BERT: quantization-aware fine-tuning, served in int8',
+          'ib-bert': "MobileBERT's IB-BERT teacher, fine-tuned",
+          'mobilebert': 'MobileBERT: distilled from ib-bert, fine-tuned',
           }[model]
+
+
+def compared_with(model: str) -> str | None:
+  """The model whose accuracy ``model``'s is compared with: its source
+  (None for the sources themselves)."""
+  if model in ('float', 'ib-bert'):
+    return None
+  return 'ib-bert' if model == 'mobilebert' else 'float'
+
+
+def pretrained_runs(init: str, mobilebert: str | None) -> dict:
+  """The pretrained run each source model fine-tunes from: ``float``'s
+  is ``init``; with a MobileBERT run, ``mobilebert``'s is that run and
+  ``ib-bert``'s its teacher's (its ``mobilebert.teacher_workdir``)."""
+  runs = {'float': init}
+  if mobilebert:
+    config_path = os.path.join(mobilebert, 'config.json')
+    if not storage.isfile(config_path):
+      raise TableError(f'--mobilebert={mobilebert!r} has no config.json: '
+                       'use the workdir of a MobileBERT pretraining run.')
+    cfg = json.loads(storage.read_text(config_path))
+    if cfg['objective']['name'] != 'mobilebert':
+      raise TableError(f'--mobilebert={mobilebert!r} is a '
+                       f"{cfg['objective']['name']!r} run: use a run of the "
+                       'mobilebert objective.')
+    runs.update({'mobilebert': mobilebert,
+                 'ib-bert': cfg['mobilebert']['teacher_workdir']})
+  return runs
 
 
 def finetune_config(spec: str, seed: int, init: str, quantize: bool):
@@ -129,22 +165,24 @@ def _made_once(directory: str, make) -> dict:
   return make(directory)
 
 
-def source_of(model: str, init: str, out: str) -> str:
-  """The pretrained directory ``model`` fine-tunes from (made once)."""
+def source_of(model: str, runs: dict, out: str) -> str:
+  """The pretrained directory ``model`` fine-tunes from (a pruned one made
+  once); ``runs`` is ``pretrained_runs``'s."""
   fraction = heads_removed(model)
   if fraction is None:
-    return init
+    return runs.get(model, runs['float'])
   pruned = os.path.join(out, f'{model}-source')
-  _made_once(pruned, lambda d: compress.prune_heads(init, d, fraction))
+  _made_once(pruned, lambda d: compress.prune_heads(runs['float'], d,
+                                                    fraction))
   return pruned
 
 
-def run_model(model: str, seed: int, spec: str, init: str, out: str
+def run_model(model: str, seed: int, spec: str, runs: dict, out: str
               ) -> dict:
   """Fine-tunes (or resumes, or reads back) ``model`` at ``seed``; its
   row. The int8 model's scores are its int8 weights'."""
   workdir = os.path.join(out, model, f'seed{seed}')
-  cfg = finetune_config(spec, seed, source_of(model, init, out),
+  cfg = finetune_config(spec, seed, source_of(model, runs, out),
                         model == 'int8')
   result_path = os.path.join(workdir, finetune.RESULT)
   if storage.isfile(result_path):
@@ -242,9 +280,8 @@ def report(rows: dict, measured: dict, seeds: list[int], command: str,
            'median of 5 rounds in which the models take turns; measured '
            'in this run.', '',
            '| model | what | parameters | bytes on disk | ms/seq (batch 1)'
-           ' | ms/seq (batch 8) | accuracy | vs float |',
+           ' | ms/seq (batch 8) | accuracy | vs source |',
            '| --- | --- | ---: | ---: | ---: | ---: | --- | --- |']
-  base = {s: rows[('float', s)] for s in seeds if ('float', s) in rows}
   for model in models:
     mine = {s: rows[(model, s)] for s in seeds if (model, s) in rows}
     if not mine:
@@ -252,8 +289,10 @@ def report(rows: dict, measured: dict, seeds: list[int], command: str,
     done = sorted(mine)
     acc = intervals.hierarchical_interval(
         np.stack([_correct(mine[s]) for s in done]))
+    source = compared_with(model)
+    base = {s: rows[(source, s)] for s in seeds if (source, s) in rows}
     paired = [s for s in done if s in base]
-    if model == 'float' or not paired:
+    if not paired:
       versus = ''
     else:
       diff = intervals.hierarchical_interval(
@@ -261,7 +300,7 @@ def report(rows: dict, measured: dict, seeds: list[int], command: str,
           np.stack([_correct(base[s]) for s in paired]))
       verdict = ('no difference' if not diff.excludes_zero
                  else 'lower' if diff.high < 0 else 'higher')
-      versus = f'{_iv(diff, True)}: {verdict}'
+      versus = f'{source} {_iv(diff, True)}: {verdict}'
     m = measured.get(model, {})
     size = (f'{m["parameters"]:,}', f'{m["bytes"]:,}',
             f'{m["ms_per_sequence_batch1"]:.2f}',
@@ -290,6 +329,9 @@ def main(argv=None) -> None:
   parser.add_argument('--models', default=','.join(MODELS),
                       help='float (always), int8, headsNN (NN%% of the '
                       'heads pruned), separated by commas.')
+  parser.add_argument('--mobilebert', default=None,
+                      help='a MobileBERT run: adds its student and its '
+                      'IB-BERT teacher (mobilebert, ib-bert).')
   parser.add_argument('--finetune', default=DEFAULT_FINETUNE,
                       help='the fine-tuning config (path.py[:arg]).')
   parser.add_argument('--report_only', action='store_true',
@@ -298,13 +340,17 @@ def main(argv=None) -> None:
   if args.seeds < 1:
     parser.exit(2, f'--seeds={args.seeds}: use at least 1.\n')
   seeds = list(range(args.seeds))
-  models = ['float'] + [m for m in args.models.split(',') if m != 'float']
+  models = ['float'] + [m for m in args.models.split(',')
+                        if m not in ('float',) + MOBILEBERT]
   try:
+    runs = pretrained_runs(args.init, args.mobilebert)
+    models += [m for m in MOBILEBERT if m in runs]
     for model in models:
       heads_removed(model)
     for s in seeds:   # Every config is checked before anything trains.
       for model in models:
-        finetune_config(args.finetune, s, args.init, model == 'int8')
+        finetune_config(args.finetune, s, runs.get(model, args.init),
+                        model == 'int8')
   except TableError as e:
     parser.exit(2, f'compression_table: {e}\n')
   storage.makedirs(args.results)
@@ -314,7 +360,7 @@ def main(argv=None) -> None:
     for s in seeds:
       for model in models:
         if (model, s) not in rows:
-          rows[model, s] = run_model(model, s, args.finetune, args.init,
+          rows[model, s] = run_model(model, s, args.finetune, runs,
                                      args.out)
           _append(rows_path, rows[model, s])
   done = [m for m in models if (m, 0) in rows]

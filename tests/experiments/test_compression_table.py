@@ -45,6 +45,22 @@ def test_report_pairs_by_seed_and_calls_an_interval_holding_zero_none():
   assert '-0.4750 [' in lines['heads50']   # 0.25 - 0.725.
 
 
+def test_mobilebert_is_compared_with_its_teacher_not_the_float_source():
+  rows = {}
+  for s in range(3):
+    rows['float', s] = _row('float', s, 0)   # Better than both.
+    rows['ib-bert', s] = _row('ib-bert', s, 20)
+    rows['mobilebert', s] = _row('mobilebert', s, 20 + s % 2)
+  text = table.report(rows, {}, [0, 1, 2], 'python x',
+                      ('float', 'ib-bert', 'mobilebert'))
+  lines = {line.split(' | ')[0].lstrip('| '): line
+           for line in text.splitlines() if line.startswith('| ')}
+  assert '| 0.5000 [' in lines['ib-bert']    # A source: no difference.
+  assert lines['ib-bert'].endswith('] |  |')
+  assert '| ib-bert -0.0083 [' in lines['mobilebert']   # -1 / 120.
+  assert lines['mobilebert'].endswith(': no difference |')
+
+
 def test_a_missing_seed_is_said_and_not_paired():
   rows = {('float', 0): _row('float', 0, 10), ('int8', 0): _row('int8', 0, 10),
           ('float', 1): _row('float', 1, 10)}
@@ -60,6 +76,7 @@ def test_bad_arguments_fail_before_any_work(tmp_path, capsys):
       (['--finetune=' + os.path.join(REPO, 'experiments', 'configs',
                                      'finetune.py') + ':mode=sideways'],
        'mode'),
+      (['--mobilebert=' + str(tmp_path / 'none')], 'has no config.json'),
   ):
     with pytest.raises(SystemExit) as e:
       table.main(['--init=runs/none', f'--out={tmp_path / "out"}',
