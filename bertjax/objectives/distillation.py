@@ -145,9 +145,12 @@ def is_teacher_run(workdir: str) -> bool:
           checkpoint_lib.is_params_only(workdir))
 
 
-def read_teacher(cfg, section: str = NAME) -> TeacherRun:
+def read_teacher(cfg, section: str = NAME, mobilebert: bool = False
+                 ) -> TeacherRun:
   """Checks ``cfg.<section>.teacher_workdir`` and reads its run (a
-  bertjax run, or an import of a transformers BERT).
+  bertjax run, or an import of a transformers BERT). A run with MobileBERT's
+  options teaches only with ``mobilebert`` (MobileBERT's student learns
+  from an IB-BERT: objectives/mobilebert.py).
 
   Raises:
     TeacherError: the workdir is unset or missing, or has no run metadata
@@ -196,11 +199,11 @@ def read_teacher(cfg, section: str = NAME) -> TeacherRun:
         f'depth (model.num_layer_groups={teacher_model.num_layer_groups}'
         '); the student copies distinct teacher layers, so the teacher '
         'must have none shared.')
-  mobilebert = model_config_lib.mobilebert_options(teacher_model)
-  if mobilebert:
+  options = model_config_lib.mobilebert_options(teacher_model)
+  if options and not mobilebert:
     raise TeacherError(
         f'{field}={workdir!r} is a MobileBERT-style run '
-        f'({", ".join(mobilebert)}); DistilBERT and TinyBERT students are '
+        f'({", ".join(options)}); DistilBERT and TinyBERT students are '
         "built from BERT's layers: use a BERT run as the teacher.")
   if teacher_model.scan_layers:
     raise TeacherError(
@@ -231,7 +234,8 @@ def _check_tokenizer(model_path: str, teacher: TeacherRun) -> None:
         f'{os.path.join(teacher.workdir, TOKENIZER_MODEL)!r}.')
 
 
-def prepare_config(cfg, section: str = NAME) -> ml_collections.ConfigDict:
+def prepare_config(cfg, section: str = NAME, mobilebert: bool = False
+                   ) -> ml_collections.ConfigDict:
   """``cfg`` set up to learn from its teacher; checks the teacher first.
 
   The student must read the teacher's tokens: an empty
@@ -241,7 +245,11 @@ def prepare_config(cfg, section: str = NAME) -> ml_collections.ConfigDict:
   this runs before that; the task itself only checks.
 
   Args:
-    cfg: an experiment config with ``objective.name='distillation'``.
+    cfg: an experiment config with ``objective.name='distillation'`` (or
+      the objective that owns ``section``).
+    section: that objective's config section.
+    mobilebert: whether a MobileBERT-style teacher may teach (as
+      ``read_teacher``).
 
   Returns:
     A copy of ``cfg`` (references resolved) with the tokenizer path set.
@@ -249,7 +257,7 @@ def prepare_config(cfg, section: str = NAME) -> ml_collections.ConfigDict:
   Raises:
     TeacherError: as ``read_teacher``, or when the tokenizer differs.
   """
-  teacher = read_teacher(cfg, section)
+  teacher = read_teacher(cfg, section, mobilebert)
   cfg = cfg.copy_and_resolve_references()
   tok = cfg.data.tokenizer
   if tok.model_path:
