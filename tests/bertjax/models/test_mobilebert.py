@@ -1,7 +1,8 @@
 """MobileBERT's options of the encoder: parameter counts against
-transformers' MobileBertModel, the trigram by hand, and the encoder
-machinery (logical names, scanned, shared and rematerialized layers)
-working on MobileBERT's layers. The forward against transformers' is
+transformers' MobileBertModel, the trigram by hand, the encoder machinery
+(logical names, scanned, shared and rematerialized layers) working on
+MobileBERT's layers, and IB-BERT, the teacher, against the paper's size
+and a numpy layer. The forward against transformers' is
 tests/bertjax/interop/test_mobilebert_export.py's."""
 
 import dataclasses
@@ -154,3 +155,83 @@ def test_scanned_rematerialized_and_shared_layers():
                              apply(SMALL, params), rtol=1e-5, atol=1e-5)
   shared = _bertjax_counts(dataclasses.replace(SMALL, num_layer_groups=1))
   assert sorted(k for k in shared if k.startswith('layer_')) == ['layer_0']
+
+
+# ---- IB-BERT, MobileBERT's teacher: Q, K and V read the H-wide layer input
+# and project to the (wider) intra-block width I. transformers cannot run
+# it (it sizes Q and K for I-wide inputs), so it is checked against the
+# paper's size and a float64 numpy layer.
+
+IB_BERT_LARGE = dict(vocab_size=30522, hidden_size=512, num_layers=24,
+                     num_heads=4, intermediate_size=4096, embedding_size=128,
+                     trigram_input=True, intra_bottleneck_size=1024)
+
+
+def test_ib_bert_teacher_has_the_papers_size():
+  """google-research's uncased_L-24_H-1024_B-512_A-4.json: 294.2M (the
+  paper: 293M), counted with the TF code's shapes (q, k, v [512, 1024])."""
+  cfg = bert.BertConfig(**IB_BERT_LARGE)
+  counts = _bertjax_counts(cfg)
+  encoder = sum(n for k, n in counts.items()
+                if k == 'embeddings' or k.startswith('layer_'))
+  assert encoder == 294_205_184
+  assert encoder + counts['pooler'] == 294_467_840
+  ids = jnp.zeros((1, 8), jnp.int32)
+  shapes = jax.eval_shape(bert.BertForPreTraining(cfg).init,
+                          jax.random.key(0), ids, ids, ids, ids[:, :2])
+  assert nn.unbox(shapes)['params']['layer_0']['attention'][
+      'qkv_kernel'].shape == (512, 3, 4, 256)
+
+
+IB_BERT = bert.BertConfig(
+    vocab_size=128, hidden_size=16, num_layers=1, num_heads=2,
+    intermediate_size=24, max_position_embeddings=16, embedding_size=8,
+    trigram_input=True, intra_bottleneck_size=32, hidden_dropout_rate=0.0,
+    attention_dropout_rate=0.0)
+
+
+def _numpy_ib_bert_layer(p, h, mask):
+  """The layer of mobilebert.md's formula, q = k = v input = h, in float64:
+  LayerNorms (epsilon 1e-12) and BERT's tanh GELU."""
+  f = lambda x: np.asarray(x, np.float64)
+
+  def norm(x, params):
+    n = params['LayerNorm_0']
+    x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True)
+                                                  + 1e-12)
+    return x * f(n['scale']) + f(n['bias'])
+
+  dense = lambda x, d: x @ f(d['kernel']) + f(d['bias'])
+  gelu = lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (
+      x + 0.044715 * x**3)))
+  residual = norm(dense(h, p['input_bottleneck']), p['input_bottleneck_norm'])
+  att = p['attention']
+  qkv = np.einsum('bld,dphk->blphk', h, f(att['qkv_kernel'])) + f(
+      att['qkv_bias'])
+  logits = np.einsum('blhk,bmhk->bhlm', qkv[:, :, 0], qkv[:, :, 1]) / np.sqrt(
+      qkv.shape[-1])
+  logits = np.where(mask[:, None, None, :] > 0, logits, -np.inf)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  context = np.einsum('bhlm,bmhk->blhk', probs, qkv[:, :, 2])
+  a = norm(np.einsum('blhk,hkd->bld', context, f(att['out_kernel'])) +
+           f(att['out_bias']) + residual, p['attention_norm'])
+  ffn = p['ffn_0']
+  a = norm(dense(gelu(dense(a, ffn['wi'])), ffn['wo']) + a, p['ffn_0_norm'])
+  return norm(dense(a, p['output_bottleneck']) + h, p['output_norm'])
+
+
+def test_ib_bert_layer_matches_numpy():
+  rng = np.random.default_rng(1)
+  x = rng.normal(0, 1, (2, 6, 16)).astype(np.float32)
+  mask = np.ones((2, 6), np.int32)
+  mask[1, 4:] = 0
+  layer = bert.MobileBertLayer(IB_BERT)
+  params = jax.tree.map(
+      lambda s: rng.normal(0, 0.3, s.shape).astype(np.float32),
+      nn.unbox(jax.eval_shape(lambda: layer.init(jax.random.key(0), x, mask,
+                                                 True))['params']))
+  assert params['attention']['qkv_kernel'].shape == (16, 3, 2, 16)
+  ours = jax.jit(lambda p: layer.apply({'params': p}, x, mask, True))(params)
+  np.testing.assert_allclose(ours, _numpy_ib_bert_layer(params, x, mask),
+                             rtol=0, atol=2e-5)
