@@ -157,7 +157,8 @@ def pair(student: bert_lib.BertConfig, teacher: bert_lib.BertConfig,
   problems = []
   mapping = None
   try:
-    mapping = layer_map(explicit_map, student.num_layers, teacher.num_layers)
+    mapping = layer_map(explicit_map, student.num_layers, teacher.num_layers,
+                        section)
   except ValueError as e:
     problems.append(str(e))
   if attention_weight and student.num_heads != teacher.num_heads:
@@ -170,12 +171,14 @@ def pair(student: bert_lib.BertConfig, teacher: bert_lib.BertConfig,
   return mapping, problems
 
 
-def layer_map(explicit, student_layers: int, teacher_layers: int
-              ) -> tuple[int, ...]:
+def layer_map(explicit, student_layers: int, teacher_layers: int,
+              section: str = NAME) -> tuple[int, ...]:
   """g(1..M): the teacher layer (1-based) each student layer learns from.
 
   ``explicit`` () gives the paper's uniform map m N / M: 3, 6, 9, 12 for 4
-  of 12 layers. Otherwise one increasing teacher layer per student layer.
+  of 12 layers. Otherwise one increasing teacher layer per student layer
+  (``<section>.layer_map``; MobileBERT's section has none: its student
+  takes the uniform map).
 
   Raises:
     ValueError: the map has the wrong length, points outside the
@@ -188,25 +191,27 @@ def layer_map(explicit, student_layers: int, teacher_layers: int
                      f'use 1 to {teacher_layers} layers (model.num_layers).')
   if not explicit:
     if teacher_layers % student_layers:
+      fix = ('use a student whose model.num_layers divides the teacher\'s'
+             if section == 'mobilebert' else
+             f'give {section}.layer_map, one teacher layer per student layer')
       raise ValueError(
           f'the uniform layer map m N / M needs the teacher\'s {teacher_layers}'
           f' layers to be a multiple of the student\'s {student_layers} (as '
-          'general_distill.py asserts); give tinybert.layer_map, one '
-          'teacher layer per student layer.')
+          f'general_distill.py asserts); {fix}.')
     return tuple(m * teacher_layers // student_layers
                  for m in range(1, student_layers + 1))
   explicit = tuple(int(g) for g in explicit)
   if len(explicit) != student_layers:
-    raise ValueError(f'tinybert.layer_map={explicit} names '
+    raise ValueError(f'{section}.layer_map={explicit} names '
                      f'{len(explicit)} teacher layers for a student of '
                      f'{student_layers}; give one per student layer, or () '
                      'for the uniform map.')
   if not all(1 <= g <= teacher_layers for g in explicit):
-    raise ValueError(f'tinybert.layer_map={explicit} points past the '
+    raise ValueError(f'{section}.layer_map={explicit} points past the '
                      f'teacher\'s {teacher_layers} layers; use layers 1 to '
                      f'{teacher_layers}.')
   if any(b <= a for a, b in zip(explicit, explicit[1:])):
-    raise ValueError(f'tinybert.layer_map={explicit} must increase: a '
+    raise ValueError(f'{section}.layer_map={explicit} must increase: a '
                      'deeper student layer learns from a deeper teacher '
                      'layer.')
   return explicit
@@ -277,9 +282,11 @@ class Projections(nn.Module):
     return embedding(embeddings), [hidden(h) for h in hidden_states]
 
 
-def _recorded(intermediates: dict, num_layers: int):
+def recorded(intermediates: dict, num_layers: int):
   """(hidden states [embeddings, layer 1..N], attention scores [layer
-  1..N]) recorded by an apply with ``mutable=['intermediates']``."""
+  1..N]) recorded by an apply with ``mutable=['intermediates']``: lists of
+  [B, L, H] and of [B, heads, L, L] (masked keys 0). MobileBERT's layers
+  record the same: the H-wide block outputs, their attention's scores."""
   states = list(intermediates['hidden_states'])
   scores = [intermediates[f'layer_{i}']['attention']['attention_scores'][0]
             for i in range(num_layers)]
@@ -308,10 +315,10 @@ class Networks:
         {'params': params['student']}, *inputs, deterministic=deterministic,
         rngs=None if deterministic else {'dropout': key},
         mutable=['intermediates'])
-    t_states, t_scores = _recorded(teacher_rec['intermediates'],
-                                   self.teacher.cfg.num_layers)
-    s_states, s_scores = _recorded(student_rec['intermediates'],
-                                   self.student.cfg.num_layers)
+    t_states, t_scores = recorded(teacher_rec['intermediates'],
+                                  self.teacher.cfg.num_layers)
+    s_states, s_scores = recorded(student_rec['intermediates'],
+                                  self.student.cfg.num_layers)
     embedded, projected = self.projections.apply(
         {'params': params['projection']}, s_states[0], s_states[1:])
     terms = {'emb': mse(embedded, t_states[0]),
@@ -320,22 +327,32 @@ class Networks:
     return terms, student_out, teacher_out
 
 
-def objective(terms: dict, student_out: dict, teacher_out: dict,
-              batch: dict, t, step):
-  """The loss of ``t``'s (the ``tinybert`` section's) stage at ``step``
-  (None, as in evaluation: both stages' terms added) and the metric sums:
-  ``emb_*``, ``hidden_*``, ``att_*``, ``pred_*``, the student's ``mlm_*``
-  and the teacher's ``teacher_mlm_*``."""
+def prediction_losses(student_out: dict, teacher_out: dict, batch: dict,
+                      temperature: float):
+  """(the soft cross-entropy of the student's MLM logits against the
+  teacher's at ``temperature``, the student's hard MLM loss, the metric
+  sums ``pred_*``, ``mlm_*`` and the teacher's ``teacher_mlm_*``)."""
   weights = batch['masked_weights']
   pred, metrics = soft_cross_entropy(student_out['mlm_logits'],
                                      teacher_out['mlm_logits'], weights,
-                                     t.temperature)
+                                     temperature)
   mlm, mlm_metrics = losses.masked_lm(student_out['mlm_logits'],
                                       batch['masked_ids'], weights)
   _, teacher_metrics = losses.masked_lm(teacher_out['mlm_logits'],
                                         batch['masked_ids'], weights)
   metrics.update(mlm_metrics)
   metrics.update({f'teacher_{k}': v for k, v in teacher_metrics.items()})
+  return pred, mlm, metrics
+
+
+def objective(terms: dict, student_out: dict, teacher_out: dict,
+              batch: dict, t, step):
+  """The loss of ``t``'s (the ``tinybert`` section's) stage at ``step``
+  (None, as in evaluation: both stages' terms added) and the metric sums:
+  ``emb_*``, ``hidden_*``, ``att_*``, ``pred_*``, the student's ``mlm_*``
+  and the teacher's ``teacher_mlm_*``."""
+  pred, mlm, metrics = prediction_losses(student_out, teacher_out, batch,
+                                         t.temperature)
   sequences = jnp.asarray(batch['input_ids'].shape[0], jnp.float32)
   for name, value in terms.items():
     metrics.update(_sum_metrics(name, value, sequences))

@@ -1,6 +1,7 @@
 """A distillation teacher's workdir written directly, without training: its
-config, a tokenizer file and a checkpoint, as bertjax.train saves them.
-Shared by the DistilBERT and TinyBERT tests."""
+config, a tokenizer file and a checkpoint, as bertjax.train saves them; and
+a batch to train a student on. Shared by the DistilBERT, TinyBERT and
+MobileBERT tests."""
 
 import hashlib
 import json
@@ -9,6 +10,7 @@ import os
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax import objectives
@@ -43,3 +45,23 @@ def write_teacher(workdir, cfg, checkpoint=True, tokenizer=b'teacher pieces',
       manager.save(3, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state)))
   return params
+
+
+def batch(spec: dict, padded_from: int = 0) -> dict:
+  """A batch of ``spec`` (pipeline.batch_spec's shapes and dtypes): random
+  ids below ``VOCAB``, masked positions 1..P with random labels, every
+  slot real; with ``padded_from``, row 1 padded from that position."""
+  rng = np.random.default_rng(0)
+  out = {k: np.zeros(shape, dtype) for k, (shape, dtype) in spec.items()}
+  out['input_ids'] = rng.integers(5, VOCAB, out['input_ids'].shape
+                                  ).astype(np.int32)
+  out['attention_mask'][:] = 1
+  if padded_from:
+    out['input_ids'][1, padded_from:] = 0
+    out['attention_mask'][1, padded_from:] = 0
+  p = out['masked_positions'].shape[1]
+  out['masked_positions'][:] = np.arange(1, p + 1)
+  out['masked_ids'] = rng.integers(5, VOCAB, (len(out['input_ids']), p)
+                                   ).astype(np.int32)
+  out['masked_weights'][:] = 1
+  return out

@@ -284,26 +284,12 @@ def _steps(teacher_workdir, **fields):
   return train.make_steps(cfg, task, spec), spec
 
 
-def _batch(spec):
-  rng = np.random.default_rng(0)
-  batch = {k: np.zeros(shape, dtype) for k, (shape, dtype) in spec.items()}
-  batch['input_ids'] = rng.integers(5, 400, batch['input_ids'].shape
-                                    ).astype(np.int32)
-  batch['attention_mask'][:] = 1
-  p = batch['masked_positions'].shape[1]
-  batch['masked_positions'][:] = np.arange(1, p + 1)
-  batch['masked_ids'] = rng.integers(5, 400, (len(batch['input_ids']), p)
-                                     ).astype(np.int32)
-  batch['masked_weights'][:] = 1
-  return batch
-
-
 def test_train_step_runs_each_stage_and_freezes_the_teacher(teachers):
   steps, spec = _steps(teachers[32], **{'tinybert.intermediate_steps': 5})
   state = jax.jit(lambda teacher: sharding.strip_boxes(steps.init_state(
       teacher)))(*train.init_inputs(steps))
   step = jax.jit(steps.train_step)
-  batch = _batch(spec)
+  batch = teacher_helpers.batch(spec)
   # Two steps: the warmup's rate at the first is 0.
   after, m = step(*step(state, batch)[:1], batch)
   assert float(m['loss']) == pytest.approx(
