@@ -220,6 +220,9 @@ def _optimizer_section() -> ml_collections.ConfigDict:
   o.schedule = 'bert_linear'  # | warmup_linear | electra | spanbert
   o.learning_rate = 1e-4
   o.warmup_steps = 10_000
+  o.hold_steps = 0          # Updates at the peak lr before the schedule
+                            # (its warmup, then decay) runs over the rest
+                            # (MobileBERT's progressive transfer).
   o.b1 = 0.9
   o.b2 = 0.999
   o.eps = 1e-6
@@ -656,6 +659,15 @@ def _check_optimizer(o, total_steps: int, errors: list[str]) -> None:
   _check(0 <= o.warmup_steps <= total_steps,
          f'optimizer.warmup_steps={o.warmup_steps} must be in [0, '
          f'total_steps={total_steps}].', errors)
+  if not 0 <= o.hold_steps <= total_steps:
+    errors.append(f'optimizer.hold_steps={o.hold_steps} must be in [0, '
+                  f'total_steps={total_steps}].')
+  else:
+    _check(o.warmup_steps <= total_steps - o.hold_steps,
+           f'optimizer.warmup_steps={o.warmup_steps} with '
+           f'optimizer.hold_steps={o.hold_steps}: the warmup runs after the '
+           f'hold, so it must be at most total_steps - hold_steps = '
+           f'{total_steps - o.hold_steps}.', errors)
   for name in ('b1', 'b2'):
     _check(0 <= getattr(o, name) < 1,
            f'optimizer.{name}={getattr(o, name)} must be in [0, 1).', errors)

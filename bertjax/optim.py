@@ -240,21 +240,39 @@ def clip_per_tensor(max_norm: float) -> optax.GradientTransformation:
       jax.tree_util.tree_map_with_path(clip, updates)))
 
 
+def held_schedule(peak_learning_rate: float, hold_steps: int,
+                  schedule: optax.Schedule) -> optax.Schedule:
+  """The peak for the first ``hold_steps`` updates, then ``schedule`` from
+  its own step 0 (MobileBERT's progressive transfer holds the lr constant,
+  and its pretraining distillation, a new run in the reference, warms up
+  and decays after it)."""
+  def held(t):
+    t = jnp.asarray(t, jnp.int32)
+    return jnp.where(t < hold_steps,
+                     jnp.asarray(peak_learning_rate, jnp.float32),
+                     schedule(jnp.maximum(t - hold_steps, 0)))
+  return held
+
+
+_SCHEDULE_FUNCTIONS = {'bert_linear': bert_schedule,
+                       'warmup_linear': warmup_linear_schedule,
+                       'electra': electra_schedule,
+                       'spanbert': spanbert_schedule,
+                       'noam': noam_schedule}
+
+
 def make_schedule(cfg) -> optax.Schedule:
+  """``optimizer.schedule`` over ``total_steps - optimizer.hold_steps``
+  updates, after ``hold_steps`` at the peak (``held_schedule``; none by
+  default)."""
   o = cfg.optimizer
   if o.schedule not in SCHEDULES:
     raise ValueError(f'optimizer.schedule={o.schedule!r}; use one of '
                      f'{SCHEDULES}.')
-  if o.schedule == 'warmup_linear':
-    return warmup_linear_schedule(o.learning_rate, o.warmup_steps,
-                                  cfg.total_steps)
-  if o.schedule == 'electra':
-    return electra_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
-  if o.schedule == 'spanbert':
-    return spanbert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
-  if o.schedule == 'noam':
-    return noam_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
-  return bert_schedule(o.learning_rate, o.warmup_steps, cfg.total_steps)
+  hold = o.get('hold_steps', 0)   # Fine-tuning's sections have none.
+  schedule = _SCHEDULE_FUNCTIONS[o.schedule](
+      o.learning_rate, o.warmup_steps, cfg.total_steps - hold)
+  return held_schedule(o.learning_rate, hold, schedule) if hold else schedule
 
 
 def make_optimizer(cfg) -> tuple[optax.GradientTransformation,

@@ -226,6 +226,7 @@ INVALID = {
     'optimizer.schedule': ['cosine'],
     'optimizer.learning_rate': [0.0, -1e-3],
     'optimizer.warmup_steps': [-1, 1201],
+    'optimizer.hold_steps': [-1, 1201, 1150],   # 1150: no room for 100 warmup.
     'optimizer.b1': [-0.1, 1.0],
     'optimizer.b2': [-0.1, 1.0],
     'optimizer.eps': [0.0],

@@ -46,6 +46,29 @@ def test_schedule_drops_at_end_of_warmup():
   assert float(s(10)) == pytest.approx(0.9e-4)
 
 
+@pytest.mark.parametrize('schedule', ['bert_linear', 'warmup_linear'])
+@pytest.mark.parametrize('t', [0, 1, 29, 30, 31, 35, 40, 99, 100, 130])
+def test_hold_steps_hold_the_peak_then_run_the_schedule(schedule, t):
+  """MobileBERT: the peak for 30 steps, then the schedule over the other
+  70 from its own step 0, as the reference's second run."""
+  peak, w, hold, total = 1e-3, 10, 30, 100
+  inner = {'bert_linear': optim.bert_schedule,
+           'warmup_linear': optim.warmup_linear_schedule}[schedule](
+               peak, w, total - hold)
+  expected = peak if t < hold else float(inner(t - hold))
+  got = float(optim.make_schedule(_cfg(schedule=schedule, hold_steps=hold,
+                                       learning_rate=peak))(t))
+  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12)
+  if t == hold:
+    assert got == 0.0   # The warmup starts from 0.
+
+
+def test_no_hold_is_the_schedule_itself():
+  held = optim.make_schedule(_cfg(hold_steps=0))
+  plain = optim.bert_schedule(1e-3, 10, 100)
+  assert all(float(held(t)) == float(plain(t)) for t in (0, 5, 10, 60))
+
+
 def test_decay_mask_excludes_layer_norm_and_bias():
   params = {'dense': {'kernel': 1.0, 'bias': 1.0},
             'LayerNorm_0': {'scale': 1.0, 'bias': 1.0},
