@@ -78,7 +78,8 @@ def bert_pretraining(outputs: dict, batch: dict, mlm_weight: float = 1.0,
 
 def summarize(sums: dict) -> dict:
   """Summed metrics -> means: for each ``X_count``, ``X_loss`` (from
-  ``X_loss_sum``) and ``X_accuracy`` (from ``X_correct``) where present."""
+  ``X_loss_sum``), ``X_accuracy`` (from ``X_correct``) and ``X`` (from
+  ``X_sum``: any other quantity, e.g. MobileBERT's stage) where present."""
   out = {}
   for key in sorted(sums):
     if not key.endswith('_count'):
@@ -86,7 +87,8 @@ def summarize(sums: dict) -> dict:
     name, count = key[:-len('_count')], float(sums[key])
     if not count:
       continue
-    for total, mean in (('_loss_sum', '_loss'), ('_correct', '_accuracy')):
+    for total, mean in (('_loss_sum', '_loss'), ('_correct', '_accuracy'),
+                        ('_sum', '')):
       if name + total in sums:
         out[name + mean] = float(sums[name + total]) / count
   return out

@@ -57,3 +57,10 @@ def test_summarize_divides_sums():
   out = losses.summarize({'mlm_loss_sum': 6.0, 'mlm_correct': 3.0,
                               'mlm_count': 12.0})
   assert out == {'mlm_loss': 0.5, 'mlm_accuracy': 0.25}
+
+
+def test_summarize_gives_the_mean_of_any_other_sum():
+  out = losses.summarize({'progressive_layer_sum': 3.0,
+                          'progressive_layer_count': 2.0,
+                          'mlm_loss_sum': 6.0, 'mlm_count': 12.0})
+  assert out == {'progressive_layer': 1.5, 'mlm_loss': 0.5}
