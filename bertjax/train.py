@@ -186,6 +186,9 @@ def run_identity(cfg) -> dict:
   if mixture_lib.is_mixture(cfg.data):
     names.remove('data.corpus')
     names.extend(_MIXTURE_IDENTITY)
+  # An objective's own (none for most: a run saved before the field keeps
+  # resuming).
+  names.extend(objectives.get(cfg.objective.name).run_identity)
   identity = {name: config_section(cfg, name) for name in names}
   # Rematerialization changes memory, not results, and the attention kernel
   # only the rounding: a run may resume with another setting (and predates

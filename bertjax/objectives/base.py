@@ -120,6 +120,10 @@ class Objective:
     encoder_params: ``params -> params``: the encoder's part of a run's
       parameters (a distilled student's); the networks are still the
       objective's own, as ``make_task`` built them.
+    run_identity: dotted config fields of its section that a resumed run
+      must share with the run that wrote the checkpoint, beyond the
+      trainer's (train.py ``_RUN_IDENTITY``): MobileBERT's stages are a
+      function of the step and ``mobilebert.steps_per_layer``.
   """
   name: str
   make_task: Callable[[Any, int], Task]
@@ -130,6 +134,7 @@ class Objective:
   check: Callable[[Any, list], None] = _no_checks
   prepare_config: Callable[[Any], Any] = _as_is
   encoder_params: Callable[[dict], dict] = _all_params
+  run_identity: tuple[str, ...] = ()
 
   def __post_init__(self):
     if bool(self.section) != (self.defaults is not None):
