@@ -21,6 +21,7 @@ import math
 from typing import Callable
 
 from bertjax.models import bert as bert_lib
+from bertjax.models import config as model_config_lib
 from data_pipelines import continual as continual_lib
 
 # Layouts of [CLS] A [SEP] B [SEP] pairs with a pair label
@@ -28,7 +29,8 @@ from data_pipelines import continual as continual_lib
 _PAIR_LAYOUTS = ('nsp', 'sop', 'sentence_distance', 'discourse')
 _PAIR_TASKS = {'nsp': 'next-sentence', 'sop': 'sentence-order'}
 # ALBERT's repo (run_pretraining.py flags) masks at most 20 tokens in its
-# 512-token SOP rows: a paper's setting, so not a trap.
+# 512-token SOP rows, and so does MobileBERT's (its README's command): a
+# paper's setting, so not a trap.
 _ALBERT_MAX_PREDICTIONS = 20
 
 
@@ -38,6 +40,14 @@ def _hidden_size(m) -> int | None:
     return m.hidden_size
   size = bert_lib.SIZES.get(m.size)
   return size[1] if size else None
+
+
+def _num_layers(m) -> int | None:
+  """The encoder depth, or None when ``model.size`` is unknown."""
+  if m.num_layers:
+    return m.num_layers
+  size = bert_lib.SIZES.get(m.size)
+  return size[0] if size else None
 
 
 # ---- Traps: each returns one message, or None when the trap is absent.
@@ -133,8 +143,8 @@ def _prediction_cap_lowers_rate(cfg) -> str | None:
   budget = max(1, round(d.max_seq_length * k.rate))
   if k.max_predictions_per_seq >= budget:
     return None
-  if (d.layout == 'sop' and
-      k.max_predictions_per_seq == _ALBERT_MAX_PREDICTIONS):
+  if ((d.layout == 'sop' or model_config_lib.mobilebert_options(cfg.model))
+      and k.max_predictions_per_seq == _ALBERT_MAX_PREDICTIONS):
     return None
   effective = k.max_predictions_per_seq / d.max_seq_length
   return (f'masking.max_predictions_per_seq={k.max_predictions_per_seq} '
@@ -177,6 +187,9 @@ def _lamb_with_dropout(cfg) -> str | None:
   m = cfg.model
   if cfg.optimizer.name != 'lamb' or not (
       m.hidden_dropout_rate or m.attention_dropout_rate):
+    return None
+  # MobileBERT's teacher (IB-BERT) trains with LAMB and dropout 0.1.
+  if model_config_lib.mobilebert_options(m):
     return None
   return ("optimizer.name='lamb' with model.hidden_dropout_rate="
           f'{m.hidden_dropout_rate} and model.attention_dropout_rate='
@@ -224,6 +237,23 @@ def _static_masks_never_change(cfg) -> str | None:
           'data.dupe_factor=10, or masking.dynamic=True.')
 
 
+def _mobilebert_never_distils(cfg) -> str | None:
+  """MobileBERT transfers every layer before it distils the predictions."""
+  layers = _num_layers(cfg.model)
+  if cfg.objective.name != 'mobilebert' or layers is None:
+    return None
+  per_layer = cfg.mobilebert.steps_per_layer
+  if cfg.total_steps >= per_layer * layers:
+    return None
+  return (f'total_steps={cfg.total_steps} ends inside the progressive '
+          f'transfer (mobilebert.steps_per_layer={per_layer} x {layers} '
+          f'layers = {per_layer * layers} steps): the upper layers are '
+          'never transferred and the pretraining distillation never runs. '
+          f'Set total_steps >= {per_layer * layers} (MobileBERT: 240k of '
+          'transfer and 500k of distillation), or fewer '
+          'mobilebert.steps_per_layer.')
+
+
 _TRAPS: tuple[Callable[..., str | None], ...] = (
     _pairs_without_pair_loss,
     _span_geometry,
@@ -239,6 +269,7 @@ _TRAPS: tuple[Callable[..., str | None], ...] = (
     _sharing_without_factorization,
     _script_default_learning_rate,
     _static_masks_never_change,
+    _mobilebert_never_distils,
 )
 
 
@@ -302,10 +333,29 @@ def _tinybert_stage_without_loss(cfg) -> str | None:
   return None
 
 
+def _mobilebert_stage_without_loss(cfg) -> str | None:
+  """The progressive transfer trains on its four weights; all 0 trains
+  nothing (the distillation after it always has a loss)."""
+  if cfg.objective.name != 'mobilebert':
+    return None
+  t = cfg.mobilebert
+  names = ('hidden_weight', 'attention_weight', 'mean_weight',
+           'variance_weight')
+  if not t.steps_per_layer or any(t[name] for name in names):
+    return None
+  weights = ', '.join(f'mobilebert.{name}={t[name]}' for name in names)
+  return (f'the progressive transfer runs mobilebert.steps_per_layer='
+          f'{t.steps_per_layer} steps per layer with '
+          f'{weights}: its loss is 0, so those steps train nothing. Give a '
+          'weight > 0 (MobileBERT: 100, 1, 5000 and 5), or set '
+          'mobilebert.steps_per_layer=0 to distil without it.')
+
+
 _ERRORS: tuple[Callable[..., str | None], ...] = (
     _token_types_out_of_range,
     _no_loss,
     _tinybert_stage_without_loss,
+    _mobilebert_stage_without_loss,
 )
 
 

@@ -736,11 +736,12 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
          'distillation build their networks otherwise); use 0 and ().',
          errors)
   mobilebert = model_config_lib.mobilebert_options(m)
-  _check(o.name == 'bert' or not mobilebert,
+  _check(o.name in ('bert', 'mobilebert') or not mobilebert,
          f'{", ".join(mobilebert)} with objective.name={o.name!r}: '
          "MobileBERT's options are built for the bert objective's encoder "
-         '(ELECTRA and distillation build their networks otherwise); use '
-         'their defaults, or objective.name=bert.', errors)
+         "and MobileBERT's student (ELECTRA and distillation build their "
+         'networks otherwise); use their defaults, or objective.name=bert '
+         'or mobilebert.', errors)
   _check(o.name == 'bert' or m.quantize == 'none',
          f'model.quantize={m.quantize!r} with objective.name={o.name!r}: '
          "8-bit training quantizes the bert objective's encoder and heads "

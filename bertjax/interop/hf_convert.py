@@ -17,7 +17,7 @@ Families and their transformers classes:
 | ``albert`` | ``bert`` with ``model.num_layer_groups`` or ``embedding_size`` | ``AlbertForPreTraining`` |
 | ``electra`` | ``objective.name=electra`` | ``ElectraForPreTraining`` (discriminator), ``ElectraForMaskedLM`` (generator) |
 | ``distilbert`` | ``objective.name=distillation`` (the student) | ``DistilBertForMaskedLM`` |
-| ``mobilebert`` | ``bert`` with MobileBERT's options (``model.trigram_input``, ...) | ``MobileBertForPreTraining`` |
+| ``mobilebert`` | ``bert`` with MobileBERT's options (``model.trigram_input``, ...), or ``objective.name=mobilebert`` (the student) | ``MobileBertForPreTraining`` |
 
 Vocabulary: bertjax's tables have ``padded_vocab_size`` rows (a multiple of
 128); an export keeps the tokenizer's ``vocab_size`` rows, the only ones any
@@ -101,6 +101,8 @@ _LEFT_OUT = {
                 'to the teacher\'s (TinyBERT\'s W_e and W_h), which only '
                 'distillation uses; the pooler and NSP head are exported as '
                 'initialised (TinyBERT\'s losses never update them)',
+    'mobilebert': 'the teacher (IB-BERT), which only the progressive '
+                  'transfer and the distillation use',
 }
 
 
@@ -728,8 +730,8 @@ def left_out(cfg, family: str) -> list[str]:
     out.append(_LEFT_OUT['sbo'])
   if family == 'roberta':
     out.append(_LEFT_OUT['nsp'])
-  if cfg.objective.name == 'tinybert':
-    out.append(_LEFT_OUT['tinybert'])
+  if cfg.objective.name in ('tinybert', 'mobilebert'):
+    out.append(_LEFT_OUT[cfg.objective.name])
   return out
 
 

@@ -3,7 +3,10 @@
 - ``bert``: MLM with NSP/SOP and SpanBERT's SBO by weight (BERT, RoBERTa,
   ALBERT, SpanBERT, ERNIE, BERT-wwm);
 - ``electra``: replaced token detection with a generator;
-- ``distillation``: a DistilBERT student and its frozen teacher.
+- ``distillation``: a DistilBERT student and its frozen teacher;
+- ``tinybert``: a TinyBERT student distilled layer by layer;
+- ``mobilebert``: a MobileBERT student, progressive knowledge transfer
+  from an IB-BERT teacher, then pretraining distillation.
 
 Each module declares its ``Objective`` (objectives/base.py: config
 section and checks, task, fine-tuning and export encoder) and registers it

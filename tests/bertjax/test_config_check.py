@@ -16,6 +16,9 @@ PRESETS = [
     ('electra', 'size=small'), ('electra', 'size=base'),
     ('demo', None), ('mixture', None),
     ('ernie', 'stage=mixed'),
+    # IB-BERT trains with LAMB and dropout 0.1, and masks at most 20 of 512.
+    ('mobilebert', 'model=teacher'), ('mobilebert', None),
+    ('mobilebert', 'model=tiny'),
 ]
 
 
@@ -114,6 +117,10 @@ TRAPS = [
     ('albert_other_cap', 'albert', 'size=base',
      {'masking.max_predictions_per_seq': 30},
      'masking.max_predictions_per_seq=30 caps'),
+    # 10. MobileBERT's student transfers every layer, then distils.
+    ('mobilebert_never_distils', 'mobilebert', None,
+     {'total_steps': 100_000}, 'total_steps=100000 ends inside the '
+     'progressive transfer'),
 ]
 
 
@@ -194,6 +201,10 @@ ERRORS = [
      "model.type_vocab_size=0 with data.layout='full_sentences'"),
     ('no_loss', 'span_masking', None, {'objective.mlm_weight': 0.0},
      'objective.mlm_weight=0.0 and objective.nsp_weight=0.0'),
+    ('mobilebert_transfer_without_loss', 'mobilebert', None,
+     {'mobilebert.hidden_weight': 0.0, 'mobilebert.attention_weight': 0.0,
+      'mobilebert.mean_weight': 0.0, 'mobilebert.variance_weight': 0.0},
+     'the progressive transfer runs mobilebert.steps_per_layer=10000'),
 ]
 
 

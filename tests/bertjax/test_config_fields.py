@@ -40,6 +40,11 @@ _DISTILLATION = {'objective.name': 'distillation',
 # A directory that is no run: the checks that read the teacher wait for
 # prepare_config, which names what it lacks.
 _TINYBERT = {'objective.name': 'tinybert', 'tinybert.teacher_workdir': _DIR}
+_MOBILEBERT = {'objective.name': 'mobilebert',
+               'mobilebert.teacher_workdir': _DIR}
+# A transfer of 2 steps (1 per layer) before 1198 of distillation.
+_MOBILEBERT_SHORT = dict(_MOBILEBERT, **{'mobilebert.steps_per_layer': 1,
+                                         'optimizer.hold_steps': 2})
 _FILES = {'data.corpus.source': 'files', 'data.corpus.path': _DIR}
 _TFDS = {'data.corpus.source': 'tfds',
          'data.corpus.tfds_name': 'wikipedia/20230601.en:text'}
@@ -179,6 +184,22 @@ INVALID = {
     'tinybert.prediction_weight': [_With(-1.0, _TINYBERT)],
     'tinybert.mlm_weight': [_With(-1.0, _TINYBERT)],
     'tinybert.intermediate_steps': [_With(-1, _TINYBERT)],
+    'mobilebert.teacher_workdir': [_With('', _MOBILEBERT),
+                                   _With('/no/such/teacher', _MOBILEBERT)],
+    'mobilebert.steps_per_layer': [_With(-1, _MOBILEBERT),
+                                   _With(2, _MOBILEBERT_SHORT)],  # Hold 2.
+    'mobilebert.hidden_weight': [
+        _With(-1.0, _MOBILEBERT),
+        _With(0.0, dict(_MOBILEBERT, **{
+            'mobilebert.attention_weight': 0.0, 'mobilebert.mean_weight': 0.0,
+            'mobilebert.variance_weight': 0.0}))],
+    'mobilebert.attention_weight': [_With(-1.0, _MOBILEBERT)],
+    'mobilebert.mean_weight': [_With(-1.0, _MOBILEBERT)],
+    'mobilebert.variance_weight': [_With(-1.0, _MOBILEBERT)],
+    'mobilebert.current_lr_scale': [_With(0.0, _MOBILEBERT)],
+    'mobilebert.lower_lr_scale': [_With(-0.1, _MOBILEBERT)],
+    'mobilebert.ground_truth_ratio': [_With(-0.1, _MOBILEBERT),
+                                      _With(1.5, _MOBILEBERT)],
     'optimizer.grad_clip': ['per_layer'],
     'data.corpus.source': ['web'],
     'data.corpus.path': [_With('', _FILES)],
@@ -226,7 +247,8 @@ INVALID = {
     'optimizer.schedule': ['cosine'],
     'optimizer.learning_rate': [0.0, -1e-3],
     'optimizer.warmup_steps': [-1, 1201],
-    'optimizer.hold_steps': [-1, 1201, 1150],   # 1150: no room for 100 warmup.
+    'optimizer.hold_steps': [-1, 1201, 1150,   # 1150: no room for 100 warmup.
+                             _With(5, _MOBILEBERT_SHORT)],   # Not 2.
     'optimizer.b1': [-0.1, 1.0],
     'optimizer.b2': [-0.1, 1.0],
     'optimizer.eps': [0.0],
@@ -298,6 +320,8 @@ ANY_VALUE = (
     'data.tokenizer.lowercase',
     # One projection (the code's) or two (the paper's).
     'tinybert.share_projection',
+    # Each phase's lr multipliers warm up (the reference's), or not.
+    'mobilebert.phase_warmup',
 )
 
 # A message says what the field may be: a range, a rule or values to use
@@ -464,6 +488,9 @@ PRESETS = {
                       'objective=spanbert', 'objective=albert',
                       'objective=electra'],
     'ernie2': ['size=base', 'size=large', 'size=demo'],
+    'mobilebert': ['model=teacher', 'model=mobilebert', 'model=tiny',
+                   'model=teacher,size=demo', 'size=demo',
+                   'model=tiny,size=demo'],
     'beyond_masking': [f'arm={arm}' for arm in
                        preset_helpers.load_module('beyond_masking').ARMS],
 }
@@ -474,6 +501,7 @@ _NEEDS = {
     'ernie2': {'data.gazetteer_path': _FILE},
     'distilbert': {'distillation.teacher_workdir': _DIR},
     'tinybert': {'tinybert.teacher_workdir': _DIR},
+    'mobilebert': {'mobilebert.teacher_workdir': _DIR},
 }
 # finetune.validate checks these (task_distill and multitask on top).
 NOT_PRETRAINING = ('finetune', 'task_distill', 'multitask')

@@ -107,4 +107,5 @@ def test_names_are_unique_and_lookup_says_what_exists():
     base.Objective(name='x', make_task=_make_task,
                    encoder_config=_encoder_config,
                    export_family=lambda cfg: 'bert', section='x')
-  assert set(objectives.sections()) == {'electra', 'distillation', 'tinybert'}
+  assert set(objectives.sections()) == {'electra', 'distillation', 'tinybert',
+                                        'mobilebert'}
