@@ -282,7 +282,7 @@ def _student_config(teacher_workdir, **fields):
 
 
 @pytest.fixture(scope='module')
-def trained(teacher):
+def trained(teacher, tmp_path_factory):
   """(cfg, the parameters before and after each of the 6 steps, each
   step's metrics), on one batch with a padded row. Initialized and stepped
   by the trainer's own programs (its shardings on one device), which the
@@ -294,7 +294,8 @@ def trained(teacher):
       cfg, mobilebert.make_task(cfg, teacher_helpers.VOCAB), spec)
   place = train.make_placement(cfg)
   with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
-    compiled = train.shard_and_compile(steps, place, spec, teacher)
+    compiled = train.shard_and_compile(
+        steps, place, spec, str(tmp_path_factory.mktemp('student')))
     state = sharding.create_sharded(steps.init_state, compiled.state_sh,
                                     *train.init_inputs(steps, place))
     batch = sharding.make_global_batch(teacher_helpers.batch(spec, 20),
