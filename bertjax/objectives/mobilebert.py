@@ -2,7 +2,7 @@
 teacher, then pretraining distillation (``objective.name='mobilebert'``).
 
 Sun et al. 2020, "MobileBERT: a Compact Task-Agnostic BERT for
-Resource-Limited Devices", Sec. 3.5-3.6, as google-research/mobilebert's
+Resource-Limited Devices", as google-research/mobilebert's
 run_pretraining.py (``--layer_wise_warmup``), distill_util.py and
 lamb_optimizer.py do it:
 

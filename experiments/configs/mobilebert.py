@@ -1,7 +1,7 @@
 r"""MobileBERT: an IB-BERT teacher, then MobileBERT distilled from it.
 
 Sun et al. 2020, "MobileBERT: a Compact Task-Agnostic BERT for
-Resource-Limited Devices", Sec. 3-4, and google-research/mobilebert (its
+Resource-Limited Devices", and google-research/mobilebert (its
 README's distillation command and config/*.json). ``arg`` is ``model=``
 ``teacher``, ``mobilebert`` (default) or ``tiny``, and ``size=`` ``paper``
 (default) or ``demo``:
