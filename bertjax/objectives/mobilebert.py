@@ -389,17 +389,9 @@ class Networks:
 
   def losses(self, params, inputs, deterministic: bool, key):
     """The transfer terms ([M] each) and both models' outputs."""
-    teacher_out, teacher_rec = self.teacher.apply(
-        {'params': jax.lax.stop_gradient(params['teacher'])}, *inputs,
-        deterministic=True, mutable=['intermediates'])
-    student_out, student_rec = self.student.apply(
-        {'params': params['student']}, *inputs, deterministic=deterministic,
-        rngs=None if deterministic else {'dropout': key},
-        mutable=['intermediates'])
-    t_states, t_scores = tinybert.recorded(teacher_rec['intermediates'],
-                                           self.teacher.cfg.num_layers)
-    s_states, s_scores = tinybert.recorded(student_rec['intermediates'],
-                                           self.student.cfg.num_layers)
+    (student_out, s_states, s_scores), (teacher_out, t_states, t_scores) = (
+        tinybert.run_both(self.student, self.teacher, params, inputs,
+                          deterministic, key))
     ids, _, attention_mask = inputs[:3]
     masks = [bert_lib.attention_mask_for(model.cfg, ids, attention_mask)
              for model in (self.student, self.teacher)]

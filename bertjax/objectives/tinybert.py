@@ -298,6 +298,23 @@ def _sum_metrics(name: str, value, count) -> dict:
   return {f'{name}_loss_sum': value * count, f'{name}_count': count}
 
 
+def run_both(student, teacher, params, inputs, deterministic: bool, key):
+  """``(outputs, states, scores)`` of the student and of the teacher
+  (always deterministic, its parameters stopped) on ``inputs``, each
+  model's hidden states and attention scores as ``recorded`` reads them."""
+  teacher_out, teacher_rec = teacher.apply(
+      {'params': jax.lax.stop_gradient(params['teacher'])}, *inputs,
+      deterministic=True, mutable=['intermediates'])
+  student_out, student_rec = student.apply(
+      {'params': params['student']}, *inputs, deterministic=deterministic,
+      rngs=None if deterministic else {'dropout': key},
+      mutable=['intermediates'])
+  return ((student_out, *recorded(student_rec['intermediates'],
+                                  student.cfg.num_layers)),
+          (teacher_out, *recorded(teacher_rec['intermediates'],
+                                  teacher.cfg.num_layers)))
+
+
 @dataclasses.dataclass(frozen=True)
 class Networks:
   """The three networks of a TinyBERT run and how they line up."""
@@ -308,17 +325,9 @@ class Networks:
 
   def losses(self, params, inputs, deterministic: bool, key):
     """Every loss term (scalars) and the two models' outputs."""
-    teacher_out, teacher_rec = self.teacher.apply(
-        {'params': jax.lax.stop_gradient(params['teacher'])}, *inputs,
-        deterministic=True, mutable=['intermediates'])
-    student_out, student_rec = self.student.apply(
-        {'params': params['student']}, *inputs, deterministic=deterministic,
-        rngs=None if deterministic else {'dropout': key},
-        mutable=['intermediates'])
-    t_states, t_scores = recorded(teacher_rec['intermediates'],
-                                  self.teacher.cfg.num_layers)
-    s_states, s_scores = recorded(student_rec['intermediates'],
-                                  self.student.cfg.num_layers)
+    (student_out, s_states, s_scores), (teacher_out, t_states, t_scores) = (
+        run_both(self.student, self.teacher, params, inputs, deterministic,
+                 key))
     embedded, projected = self.projections.apply(
         {'params': params['projection']}, s_states[0], s_states[1:])
     terms = {'emb': mse(embedded, t_states[0]),
