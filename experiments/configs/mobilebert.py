@@ -45,7 +45,9 @@ README's distillation command and config/*.json). ``arg`` is ``model=``
       --out=$WORK/mobilebert-hf
 
 ``size=demo`` is the same recipe on the demo's data, batch, 1200 steps and
-peak lr (experiments/configs/demo.py) with 2 layers: the teacher H 128, I
+optimizer (experiments/configs/demo.py: google-research/bert's AdamW at a
+peak lr of 1e-3; LAMB at that lr left the demo teacher at 1.3x the
+majority's held-out MLM accuracy, AdamW at 4.4x) with 2 layers: the teacher H 128, I
 256, FFN 1024, E 32, 2 heads; the students H 128, I 32, FFN 128, E 32, 2
 heads; 200 steps per layer (400 of transfer, 800 of distillation).
 
@@ -97,10 +99,10 @@ def get_config(arg=None):
   m.update(MODELS[model])
   if demo:
     m.update(DEMO_MODELS['teacher' if model == 'teacher' else 'student'])
-  # LAMB (lamb_optimizer.py: raw moments, decay 0.01 but for biases and
-  # norms, the global clip at 1.0 of base_config).
-  o.name = 'lamb'
   if not demo:
+    # LAMB (lamb_optimizer.py: raw moments, decay 0.01 but for biases and
+    # norms, the global clip at 1.0 of base_config).
+    o.name = 'lamb'
     m.max_position_embeddings = 512
     c.data.max_seq_length = 512
     c.masking.max_predictions_per_seq = 20
