@@ -223,6 +223,27 @@ def read_teacher(cfg, section: str = NAME, mobilebert: bool = False
                     vocab_size)
 
 
+def check_teacher(cfg, section: str, errors: list[str], use: str,
+                  mobilebert: bool = False) -> TeacherRun | None:
+  """The teacher run of ``cfg.<section>.teacher_workdir`` for a section's
+  ``check``, or None with what is wrong appended to ``errors``: not a
+  directory (``use`` says which run to give instead), or a run that cannot
+  teach (``read_teacher``'s message). A directory that is not a run at all
+  is left to ``prepare_config``, which says what it lacks."""
+  workdir = cfg[section].teacher_workdir
+  if not (workdir and storage.isdir(workdir)):
+    errors.append(f'{section}.teacher_workdir={workdir!r} is not a '
+                  f'directory; use {use}.')
+    return None
+  if not is_teacher_run(workdir):
+    return None
+  try:
+    return read_teacher(cfg, section, mobilebert=mobilebert)
+  except TeacherError as e:
+    errors.append(str(e))
+    return None
+
+
 def _check_tokenizer(model_path: str, teacher: TeacherRun) -> None:
   if (not storage.isfile(model_path) or
       storage.sha256(model_path) != teacher.tokenizer_sha256):

@@ -79,7 +79,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bertjax import storage
 from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
 from bertjax.objectives import base
@@ -154,20 +153,11 @@ def check(cfg, errors: list[str]) -> None:
         'warms up and decays (the reference\'s second run); set '
         f'optimizer.hold_steps={transfer} (experiments/configs/'
         'mobilebert.py ties them).')
-  workdir = t.teacher_workdir
-  if not (workdir and storage.isdir(workdir)):
-    errors.append(f'mobilebert.teacher_workdir={workdir!r} is not a '
-                  'directory; use the workdir of a finished IB-BERT run '
-                  '(experiments/configs/mobilebert.py:model=teacher).')
-    return
-  if not distillation.is_teacher_run(workdir):
-    return   # prepare_config says what the directory lacks.
-  try:
-    teacher = distillation.read_teacher(cfg, NAME, mobilebert=True)
-  except distillation.TeacherError as e:
-    errors.append(str(e))
-    return
-  errors.extend(pair(student, teacher.model, t.attention_weight)[1])
+  teacher = distillation.check_teacher(
+      cfg, NAME, errors, 'the workdir of a finished IB-BERT run '
+      '(experiments/configs/mobilebert.py:model=teacher)', mobilebert=True)
+  if teacher:
+    errors.extend(pair(student, teacher.model, t.attention_weight)[1])
 
 
 def pair(student: bert_lib.BertConfig, teacher: bert_lib.BertConfig,

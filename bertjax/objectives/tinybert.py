@@ -129,21 +129,12 @@ def check(cfg, errors: list[str]) -> None:
                     f'layer (from 1, increasing) for each of the student\'s '
                     f'{student.num_layers} layers; use () for the uniform '
                     'map m N / M.')
-  workdir = t.teacher_workdir
-  if not (workdir and distillation.storage.isdir(workdir)):
-    errors.append(f'tinybert.teacher_workdir={workdir!r} is not a '
-                  'directory; use the workdir of a finished bertjax BERT '
-                  'run or of an import (experiments/import_hf.py).')
-    return
-  if not distillation.is_teacher_run(workdir):
-    return   # prepare_config says what the directory lacks.
-  try:
-    teacher = distillation.read_teacher(cfg, NAME)
-  except distillation.TeacherError as e:
-    errors.append(str(e))
-    return
-  errors.extend(pair(student, teacher.model, t.layer_map,
-                     t.attention_weight)[1])
+  teacher = distillation.check_teacher(
+      cfg, NAME, errors, 'the workdir of a finished bertjax BERT run or of '
+      'an import (experiments/import_hf.py)')
+  if teacher:
+    errors.extend(pair(student, teacher.model, t.layer_map,
+                       t.attention_weight)[1])
 
 
 def pair(student: bert_lib.BertConfig, teacher: bert_lib.BertConfig,
