@@ -79,6 +79,17 @@ def _run(model, ids, types, mask):
                         attention_mask=torch.tensor(mask))
 
 
+def assert_heads_agree(ours, theirs, vocab_size: int, real) -> None:
+  """bertjax's MLM logits (at the real positions, the tokenizer's rows)
+  and NSP logits equal those of a transformers ...ForPreTraining to 1e-4."""
+  np.testing.assert_allclose(
+      np.asarray(ours['mlm_logits'])[..., :vocab_size][real],
+      theirs.prediction_logits.numpy()[real], rtol=0, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(ours['nsp_logits']),
+                             theirs.seq_relationship_logits.numpy(),
+                             rtol=0, atol=1e-4)
+
+
 def test_config_is_the_variants(exported):
   variant, _, _, directory = exported
   with open(os.path.join(directory, 'config.json')) as f:
@@ -112,13 +123,7 @@ def test_transformers_loads_it_and_agrees(exported):
   assert np.abs(theirs[real]).max() > 0.1   # Not a vanishing signal.
   np.testing.assert_allclose(np.asarray(ours['sequence_output'])[real],
                              theirs[real], rtol=0, atol=1e-4)
-  heads = _run(pretraining, ids, types, mask)
-  np.testing.assert_allclose(
-      np.asarray(ours['mlm_logits'])[..., :VOCAB][real],
-      heads.prediction_logits.numpy()[real], rtol=0, atol=1e-4)
-  np.testing.assert_allclose(np.asarray(ours['nsp_logits']),
-                             heads.seq_relationship_logits.numpy(),
-                             rtol=0, atol=1e-4)
+  assert_heads_agree(ours, _run(pretraining, ids, types, mask), VOCAB, real)
 
 
 def test_import_gives_back_the_parameters(exported):

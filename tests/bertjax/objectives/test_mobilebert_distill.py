@@ -19,7 +19,6 @@ from bertjax import config_check
 from bertjax import config_lib
 from bertjax import objectives
 from bertjax import runs
-from bertjax import sharding
 from bertjax import train
 from bertjax.interop import hf_convert
 from bertjax.models import bert
@@ -27,7 +26,6 @@ from bertjax.objectives import distillation
 from bertjax.objectives import mobilebert
 from bertjax.objectives import tinybert
 from bertjax.runtime import checkpoint as checkpoint_lib
-from data_pipelines import pipeline
 import preset_helpers
 import teacher_helpers
 import test_mobilebert_export
@@ -260,7 +258,7 @@ def test_student_takes_exactly_the_teachers_embeddings_and_heads(
   assert all(np.array_equal(mine[k], before[k]) for k in set(mine) - taken)
 
 
-# ---- A tiny student through the schedule, step by step.
+# ---- A tiny written teacher and its student's config.
 
 
 @pytest.fixture(scope='module')
@@ -281,56 +279,28 @@ def _student_config(teacher_workdir, **fields):
   return objectives.get('mobilebert').prepare_config(cfg)
 
 
-@pytest.fixture(scope='module')
-def trained(teacher, tmp_path_factory):
-  """(cfg, the parameters before and after each of the 6 steps, each
-  step's metrics), on one batch with a padded row. Initialized and stepped
-  by the trainer's own programs (its shardings on one device), which the
-  end-to-end run below then finds in the compilation cache: its config
-  differs only in fields no program reads."""
-  cfg = _student_config(teacher)
-  spec = pipeline.batch_spec(cfg)
-  steps = train.make_steps(
-      cfg, mobilebert.make_task(cfg, teacher_helpers.VOCAB), spec)
-  place = train.make_placement(cfg)
-  with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
-    compiled = train.shard_and_compile(
-        steps, place, spec, str(tmp_path_factory.mktemp('student')))
-    state = sharding.create_sharded(steps.init_state, compiled.state_sh,
-                                    *train.init_inputs(steps, place))
-    batch = sharding.make_global_batch(teacher_helpers.batch(spec, 20),
-                                       place.batch_sh, cfg.batch_size)
-    params, metrics = [jax.device_get(state.params)], []
-    for _ in range(6):   # The step donates its state: keep host copies.
-      state, m = compiled.train_step(state, batch)
-      params.append(jax.device_get(state.params))
-      metrics.append(jax.device_get(m))
-  return cfg, params, metrics
-
-
 def _moved(before: dict, after: dict) -> set[str]:
   """The leaves of ``after`` that differ from ``before`` in any bit."""
   a, b = _leaves(before), _leaves(after)
   return {k for k in a if a[k].tobytes() != b[k].tobytes()}
 
 
-def test_transfer_trains_one_layer_at_a_time_and_freezes_the_rest(trained):
-  _, params, metrics = trained
-  student = [p['student'] for p in params]
-  teacher = _leaves(params[0]['teacher'])
-  assert [int(m['progressive_layer_sum']) for m in metrics] == [
-      0, 0, 1, 1, -1, -1]
-  # Through the transfer (steps 0-3) the copied embeddings and heads are
+def _assert_one_layer_at_a_time(saved: dict, records: list[dict]) -> None:
+  """The 6-step run whose parameters after each step are ``saved[step]``
+  and whose metrics are ``records`` trained layer 0, then layers 0 and 1,
+  then everything, and froze the rest bit for bit."""
+  student = {step: params['student'] for step, params in saved.items()}
+  teacher = _leaves(saved[1]['teacher'])
+  # Through the transfer (steps 1-4) the copied embeddings and heads are
   # the teacher's and the embedding NoNorm its init, bit for bit.
-  for tree in student[:5]:
-    for name, value in _leaves(tree).items():
+  for step in range(1, 5):
+    for name, value in _leaves(student[step]).items():
       if name.startswith(COPIED):
         assert value.tobytes() == teacher[name].tobytes(), name
-    norm = tree['embeddings']['layer_norm']
+    norm = student[step]['embeddings']['layer_norm']
     assert np.all(norm['scale'] == 1) and np.all(norm['bias'] == 0)
   layers = lambda names, i: {n for n in names if n.startswith(f'layer_{i}/')}
   # Each phase's first step has bg = 0: nothing moves.
-  assert _moved(student[0], student[1]) == set()
   assert _moved(student[2], student[3]) == set()
   # Phase 0 moves layer 0 alone, phase 1 layers 0 (at 0.3x) and 1.
   moved = _moved(student[1], student[2])
@@ -344,9 +314,9 @@ def test_transfer_trains_one_layer_at_a_time_and_freezes_the_rest(trained):
   moved = _moved(student[5], student[6])
   assert {k.split('/')[0] for k in moved} == set(student[5])
   assert {k for k in _leaves(student[5]) if k.startswith(COPIED)} <= moved
-  assert [float(m['learning_rate']) for m in metrics] == pytest.approx(
+  assert [r['learning_rate'] for r in records] == pytest.approx(
       [1e-3] * 4 + [0.0, 5e-4])   # Held, then the warmup (2 steps).
-  assert not _moved(params[0]['teacher'], params[-1]['teacher'])
+  assert not _moved(saved[1]['teacher'], saved[6]['teacher'])
 
 
 def _assert_transformers_agree(directory, cfg, student_params, vocab_size):
@@ -378,24 +348,8 @@ def _assert_transformers_agree(directory, cfg, student_params, vocab_size):
   for mine, hf in zip(states, theirs.hidden_states):
     np.testing.assert_allclose(np.asarray(mine)[real], hf.numpy()[real],
                                rtol=0, atol=1e-4)
-  heads = export_test._run(pretraining, ids, types, mask)
-  np.testing.assert_allclose(
-      np.asarray(ours['mlm_logits'])[..., :vocab_size][real],
-      heads.prediction_logits.numpy()[real], rtol=0, atol=1e-4)
-  np.testing.assert_allclose(np.asarray(ours['nsp_logits']),
-                             heads.seq_relationship_logits.numpy(),
-                             rtol=0, atol=1e-4)
-
-
-def test_the_trained_student_exports_to_transformers(trained, tmp_path):
-  cfg, params, _ = trained
-  params = params[-1]
-  directory = str(tmp_path / 'exported')
-  vocab = teacher_helpers.VOCAB
-  hf_convert.write_model(
-      directory, hf_convert.hf_state_dict(params, cfg, 'mobilebert', vocab),
-      hf_convert.hf_config(cfg, 'mobilebert', vocab))
-  _assert_transformers_agree(directory, cfg, params['student'], vocab)
+  export_test.assert_heads_agree(
+      ours, export_test._run(pretraining, ids, types, mask), vocab_size, real)
 
 
 # ---- The checks, before anything is read or compiled; the preset.
@@ -468,6 +422,10 @@ def test_preset_is_the_references_recipe():
   teacher = preset_helpers.load_preset('mobilebert', 'model=teacher')
   assert (teacher.objective.name, teacher.model.intra_bottleneck_size,
           teacher.model.intermediate_size) == ('bert', 1024, 4096)
+  demo = preset_helpers.load_preset('mobilebert', 'size=demo')
+  assert (demo.optimizer.name, demo.optimizer.learning_rate,
+          demo.optimizer.hold_steps, demo.total_steps) == (
+              'bert_adamw', 1e-3, 400, 1200)
   tiny = preset_helpers.load_preset('mobilebert', 'model=tiny')
   assert tiny.model.bottleneck_attention and (
       tiny.model.num_feedforward_networks == 2)
@@ -475,8 +433,8 @@ def test_preset_is_the_references_recipe():
     preset_helpers.load_preset('mobilebert', 'model=large')
 
 
-# ---- End to end: train a teacher, the student through the schedule,
-# export it, and resume it.
+# ---- End to end: train a teacher, the student through the schedule (one
+# layer at a time, the rest frozen), export it, and resume it.
 
 
 def _train_teacher(tmp_path):
@@ -506,6 +464,10 @@ def test_teacher_student_export_and_resume_end_to_end(tmp_path):
           'eval_teacher_mlm_accuracy'} <= set(final)
   # At the end of the transfer (step 4) the copied embeddings are the
   # trained teacher's.
+  saved = {step: checkpoint_lib.restore_as_saved(
+      os.path.join(whole, 'checkpoints'), step)['params']
+           for step in range(1, 7)}
+  _assert_one_layer_at_a_time(saved, records)
   restore = lambda workdir, step: _leaves(checkpoint_lib.restore_as_saved(
       os.path.join(workdir, 'checkpoints'), step)['params'])
   trained_teacher, transferred = restore(teacher_dir, 3), restore(whole, 4)
