@@ -32,7 +32,9 @@ interval holds 0 is reported as none.
 Resumable: every fine-tuning resumes where it stopped, a finished one is
 read back, and each finished (model, seed) is appended to
 ``RESULTS/rows.jsonl`` at once; ``--report_only`` rewrites the report
-from the rows (latency is measured again).
+from the rows (latency is measured again). Size and latency are measured
+on each model's seed-0 fine-tuning in ``--out``; where that is gone (a
+fresh machine with the committed rows), it is fine-tuned again first.
 """
 
 import argparse
@@ -208,6 +210,33 @@ def run_model(model: str, seed: int, spec: str, runs: dict, out: str
 # Size and latency, of each model's seed-0 fine-tuning.
 
 
+def remake_served(models: list[str], rows: dict, spec: str, runs: dict,
+                  out: str, run=None) -> list[str]:
+  """Fine-tunes again the seed-0 model of each of ``models`` whose
+  fine-tuning is gone from ``out`` (a fresh machine, with the committed
+  rows but not the runs), so that its size and latency can be measured;
+  the rows keep their scores. ``run`` is ``run_model`` (a test's
+  stand-in). Returns a note for each remade model whose predictions
+  differ from its row's (another source, or another machine's arithmetic),
+  to print."""
+  run = run or run_model
+  notes = []
+  for model in models:
+    workdir = os.path.join(out, model, 'seed0')
+    finished = (os.path.join(f'{workdir}-int8', compress.SOURCE_FILE)
+                if model == 'int8' else os.path.join(workdir, finetune.RESULT))
+    if storage.isfile(finished):
+      continue
+    print(f'== {model} seed 0: its fine-tuning is not in {out}; fine-tuning '
+          'it again to measure its size and latency', flush=True)
+    again = run(model, 0, spec, runs, out)
+    if again['eval_predictions'] != rows[model, 0]['eval_predictions']:
+      notes.append(f'{model} seed 0 was fine-tuned again to measure its '
+                   'size and latency, and its predictions differ from its '
+                   'row\'s: the row, not the new run, is in the table.')
+  return notes
+
+
 def _served(model: str, workdir: str):
   """(model, params, bytes on disk, parameters) as served."""
   if model == 'int8':
@@ -335,7 +364,8 @@ def main(argv=None) -> None:
   parser.add_argument('--finetune', default=DEFAULT_FINETUNE,
                       help='the fine-tuning config (path.py[:arg]).')
   parser.add_argument('--report_only', action='store_true',
-                      help='write the report from the rows; train nothing.')
+                      help='write the report from the rows; fine-tune '
+                      'nothing but a seed-0 model gone from --out.')
   args = parser.parse_args(argv)
   if args.seeds < 1:
     parser.exit(2, f'--seeds={args.seeds}: use at least 1.\n')
@@ -364,6 +394,8 @@ def main(argv=None) -> None:
                                      args.out)
           _append(rows_path, rows[model, s])
   done = [m for m in models if (m, 0) in rows]
+  for note in remake_served(done, rows, args.finetune, runs, args.out):
+    print(f'note: {note}', flush=True)
   seq_length = finetune_config(args.finetune, 0, args.init,
                                False).max_seq_length
   measured = sizes_and_latency(done, args.out, seq_length)

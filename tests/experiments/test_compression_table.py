@@ -61,6 +61,28 @@ def test_mobilebert_is_compared_with_its_teacher_not_the_float_source():
   assert lines['mobilebert'].endswith(': no difference |')
 
 
+def test_a_served_model_gone_from_out_is_fine_tuned_again(tmp_path):
+  out = str(tmp_path)
+  for kept in ('float/seed0/downstream.json',
+               'int8/seed0-int8/compression.json'):
+    os.makedirs(os.path.dirname(os.path.join(out, kept)), exist_ok=True)
+    open(os.path.join(out, kept), 'w').close()
+  rows = {(m, 0): _row(m, 0, 10) for m in ('float', 'int8', 'heads50',
+                                          'mobilebert')}
+  calls = []
+
+  def run(model, seed, spec, runs, where):
+    calls.append((model, seed, spec, runs, where))
+    return _row(model, seed, 10 if model == 'heads50' else 11)
+
+  notes = table.remake_served(['float', 'int8', 'heads50', 'mobilebert'],
+                              rows, 'ft.py', {'float': 'init'}, out, run)
+  assert calls == [(m, 0, 'ft.py', {'float': 'init'}, out)
+                   for m in ('heads50', 'mobilebert')]
+  (note,) = notes   # heads50 came back the same; mobilebert did not.
+  assert note.startswith('mobilebert seed 0 was fine-tuned again')
+
+
 def test_a_missing_seed_is_said_and_not_paired():
   rows = {('float', 0): _row('float', 0, 10), ('int8', 0): _row('int8', 0, 10),
           ('float', 1): _row('float', 1, 10)}
