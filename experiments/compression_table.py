@@ -56,6 +56,7 @@ from bertjax import config_lib
 from bertjax import finetune
 from bertjax import intervals
 from bertjax import storage
+from bertjax import train
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -110,11 +111,11 @@ def pretrained_runs(init: str, mobilebert: str | None) -> dict:
   ``ib-bert``'s its teacher's (its ``mobilebert.teacher_workdir``)."""
   runs = {'float': init}
   if mobilebert:
-    config_path = os.path.join(mobilebert, 'config.json')
-    if not storage.isfile(config_path):
-      raise TableError(f'--mobilebert={mobilebert!r} has no config.json: '
-                       'use the workdir of a MobileBERT pretraining run.')
-    cfg = json.loads(storage.read_text(config_path))
+    meta_path = os.path.join(mobilebert, train.RUN_META)
+    if not storage.isfile(meta_path):
+      raise TableError(f'--mobilebert={mobilebert!r} has no {train.RUN_META}'
+                       ': use the workdir of a MobileBERT pretraining run.')
+    cfg = json.loads(storage.read_text(meta_path))['config']
     if cfg['objective']['name'] != 'mobilebert':
       raise TableError(f'--mobilebert={mobilebert!r} is a '
                        f"{cfg['objective']['name']!r} run: use a run of the "

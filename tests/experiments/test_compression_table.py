@@ -3,6 +3,7 @@ its argument checks; the fine-tunings it runs are fine-tuning's and
 compress.py's, tested there."""
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -90,6 +91,24 @@ def test_a_missing_seed_is_said_and_not_paired():
   assert '(1 seeds)' in text and '(2 seeds)' not in text
 
 
+def _run(tmp_path, objective: str, teacher: str) -> str:
+  """A pretraining workdir's run_meta.json (what the table reads of it)
+  in ``tmp_path / 'runs' / objective``."""
+  workdir = tmp_path / 'runs' / objective
+  workdir.mkdir(parents=True)
+  (workdir / 'run_meta.json').write_text(json.dumps({'config': {
+      'objective': {'name': objective},
+      'mobilebert': {'teacher_workdir': teacher}}}))
+  return str(workdir)
+
+
+def test_a_mobilebert_run_brings_its_teacher(tmp_path):
+  student = _run(tmp_path, 'mobilebert', 'runs/ib-bert')
+  assert table.pretrained_runs('runs/demo', student) == {
+      'float': 'runs/demo', 'mobilebert': student, 'ib-bert': 'runs/ib-bert'}
+  assert table.pretrained_runs('runs/demo', None) == {'float': 'runs/demo'}
+
+
 def test_bad_arguments_fail_before_any_work(tmp_path, capsys):
   for args, message in (
       (['--seeds=0'], 'use at least 1'),
@@ -98,11 +117,13 @@ def test_bad_arguments_fail_before_any_work(tmp_path, capsys):
       (['--finetune=' + os.path.join(REPO, 'experiments', 'configs',
                                      'finetune.py') + ':mode=sideways'],
        'mode'),
-      (['--mobilebert=' + str(tmp_path / 'none')], 'has no config.json'),
+      (['--mobilebert=' + str(tmp_path / 'none')], 'has no run_meta.json'),
+      (['--mobilebert=' + _run(tmp_path, 'bert', 'runs/t')],
+       "is a 'bert' run: use a run of the mobilebert objective"),
   ):
     with pytest.raises(SystemExit) as e:
       table.main(['--init=runs/none', f'--out={tmp_path / "out"}',
                   f'--results={tmp_path / "results"}', *args])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
-  assert not os.listdir(tmp_path)
+  assert sorted(os.listdir(tmp_path)) == ['runs']   # _run's, nothing else.
