@@ -401,11 +401,7 @@ def networks(cfg, teacher: distillation.TeacherRun, vocab_size: int
   student_cfg = student_config(cfg, vocab_size)
   mapping, problems = pair(student_cfg, teacher.model,
                            cfg.mobilebert.attention_weight)
-  if problems:
-    raise distillation.TeacherError(' '.join(problems))
-  if student_cfg.scan_layers or student_cfg.num_layer_groups:
-    raise distillation.TeacherError('a MobileBERT student has distinct, '
-                                    'unscanned layers.')
+  tinybert.refuse(student_cfg, problems, 'MobileBERT')
   # The pooler and NSP head are restored too: the student copies them.
   teacher_cfg = dataclasses.replace(teacher.model, with_pooler_nsp=True,
                                     scan_layers=False)

@@ -137,6 +137,18 @@ def check(cfg, errors: list[str]) -> None:
                        t.attention_weight)[1])
 
 
+def refuse(student_cfg: bert_lib.BertConfig, problems: list[str],
+           family: str) -> None:
+  """Raises what keeps a ``family`` student from learning layer by layer
+  (``problems``, from a ``pair``), or a student whose layers are scanned or
+  shared, as ``distillation.TeacherError``."""
+  if problems:
+    raise distillation.TeacherError(' '.join(problems))
+  if student_cfg.scan_layers or student_cfg.num_layer_groups:
+    raise distillation.TeacherError(f'a {family} student has distinct, '
+                                    'unscanned layers.')
+
+
 def pair(student: bert_lib.BertConfig, teacher: bert_lib.BertConfig,
          explicit_map, attention_weight: float, section: str = NAME
          ) -> tuple[tuple[int, ...] | None, list[str]]:
@@ -387,11 +399,7 @@ def networks(cfg, teacher: distillation.TeacherRun, vocab_size: int
   student_cfg = student_config(cfg, vocab_size)
   mapping, problems = pair(student_cfg, teacher.model, cfg.tinybert.layer_map,
                            cfg.tinybert.attention_weight)
-  if problems:
-    raise distillation.TeacherError(' '.join(problems))
-  if student_cfg.scan_layers or student_cfg.num_layer_groups:
-    raise distillation.TeacherError('a TinyBERT student has distinct, '
-                                    'unscanned layers.')
+  refuse(student_cfg, problems, 'TinyBERT')
   teacher_cfg = dataclasses.replace(teacher.model, scan_layers=False)
   return Networks(bert_lib.BertForPreTraining(student_cfg),
                   bert_lib.BertForPreTraining(teacher_cfg),
