@@ -2,7 +2,7 @@
 against numpy, the schedule's gates and lr multipliers, the copy from the
 teacher, a tiny student through the whole schedule (frozen and gated
 parameters bitwise, the export to transformers), the checks and the
-preset, and end to end: teacher, student, export, resume."""
+preset, and end to end: a written teacher, the student, export, resume."""
 
 import os
 import shutil
@@ -433,25 +433,29 @@ def test_preset_is_the_references_recipe():
     preset_helpers.load_preset('mobilebert', 'model=large')
 
 
-# ---- End to end: train a teacher, the student through the schedule (one
-# layer at a time, the rest frozen), export it, and resume it.
+# ---- End to end: a teacher, the student through the schedule (one layer
+# at a time, the rest frozen), export it, and resume it.
 
 
-def _train_teacher(tmp_path):
+def _write_teacher(tmp_path):
+  """A tiny IB-BERT teacher's workdir, written (random weights, not
+  trained) with the tokenizer the trainer builds for the corpus; the data
+  directory holding that tokenizer and the corpus's pre-tokenized data."""
   data_dir, workdir = str(tmp_path / 'data'), str(tmp_path / 'teacher')
   cfg = _set(preset_helpers.load_preset('mobilebert', 'model=teacher,'
                                         'size=demo'), {
-      **preset_helpers.TINY, **TEACHER, 'data.data_dir': data_dir,
-      'total_steps': 3, 'log_every_steps': 3, 'eval_every_steps': 3,
-      'checkpoint_every_steps': 3, 'optimizer.warmup_steps': 1})
-  train.train_and_evaluate(cfg, workdir)
+      **preset_helpers.TINY, **TEACHER, 'data.data_dir': data_dir})
+  tokenizer, _ = train.prepare_data(cfg, None, workdir)
+  assert tokenizer.vocab_size == teacher_helpers.VOCAB
+  teacher_helpers.write_teacher(workdir, cfg,
+                                tokenizer=tokenizer.model_proto)
   return data_dir, workdir
 
 
 @pytest.mark.e2e
 @pytest.mark.filterwarnings('ignore:Sharding info not provided')
 def test_teacher_student_export_and_resume_end_to_end(tmp_path):
-  data_dir, teacher_dir = _train_teacher(tmp_path)
+  data_dir, teacher_dir = _write_teacher(tmp_path)
   cfg = _student_config(teacher_dir, **{
       'data.data_dir': data_dir, 'log_every_steps': 1,
       'eval_every_steps': 6, 'checkpoint_every_steps': 1,
@@ -463,18 +467,18 @@ def test_teacher_student_export_and_resume_end_to_end(tmp_path):
   assert {'eval_hidden_loss', 'eval_att_loss', 'eval_pred_loss',
           'eval_teacher_mlm_accuracy'} <= set(final)
   # At the end of the transfer (step 4) the copied embeddings are the
-  # trained teacher's.
+  # teacher's.
   saved = {step: checkpoint_lib.restore_as_saved(
       os.path.join(whole, 'checkpoints'), step)['params']
            for step in range(1, 7)}
   _assert_one_layer_at_a_time(saved, records)
   restore = lambda workdir, step: _leaves(checkpoint_lib.restore_as_saved(
       os.path.join(workdir, 'checkpoints'), step)['params'])
-  trained_teacher, transferred = restore(teacher_dir, 3), restore(whole, 4)
+  saved_teacher, transferred = restore(teacher_dir, 3), _leaves(saved[4])
   for name in ('word/embedding', 'trigram_projection/kernel',
                'position/embedding'):
     np.testing.assert_array_equal(transferred[f'student/embeddings/{name}'],
-                                  trained_teacher[f'embeddings/{name}'])
+                                  saved_teacher[f'embeddings/{name}'])
 
   out = str(tmp_path / 'exported')
   hf_convert.export_run(whole, out)
@@ -491,7 +495,7 @@ def test_teacher_student_export_and_resume_end_to_end(tmp_path):
     shutil.rmtree(os.path.join(resumed, 'checkpoints', str(step)))
   train.train_and_evaluate(cfg, resumed)
   assert preset_helpers.read_jsonl(resumed) == records
-  a, b = restore(whole, 6), restore(resumed, 6)
+  a, b = _leaves(saved[6]), restore(resumed, 6)
   assert a.keys() == b.keys()
   assert all(a[k].tobytes() == b[k].tobytes() for k in a)
   # Another schedule would give another run: it does not resume.
