@@ -15,6 +15,7 @@ import pytest
 import transformers
 
 from bertjax import compress
+from bertjax import config_lib
 from bertjax import finetune
 from bertjax import pruning
 from bertjax import runs
@@ -71,17 +72,16 @@ def test_pruned_heads_continue_pretraining_and_export(trained, tmp_path,
   d = 32
   assert after - 3 * d == (before - 3 * d) // 2   # Weights half; biases D.
   assert sorted(heads.values()) == [1, 1, 1]
-  # Pretraining continues from it (its config, pruned heads and all).
+  # Pretraining continues from it with its config, pruned heads and all
+  # (the rounds below train such a directory).
   cfg = preset_helpers.set_fields(
       preset_helpers.load_preset('imported', os.path.join(out,
                                                           'config.json')),
-      {**preset_helpers.TINY_DATA, 'data.data_dir': data_dir,
-       'total_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
-       'checkpoint_every_steps': 1, 'optimizer.warmup_steps': 0})
+      {**preset_helpers.TINY_DATA, 'data.data_dir': data_dir})
   assert tuple(map(tuple, cfg.model.pruned_heads)) == tuple(
       map(tuple, record['pruned_heads']))
-  train.train_and_evaluate(cfg, str(tmp_path / 'continued'))
-  assert _attention_sizes(str(tmp_path / 'continued'))[1] == heads
+  assert cfg.init_from == out
+  config_lib.validate(cfg)
   # Fine-tuning builds its encoder with the pruned layers' shapes.
   pretrained = finetune.load_pretrained(out)
   model = heads_lib.DownstreamModel(pretrained.model, 'classification', 3)
@@ -167,8 +167,11 @@ def test_rounds_prune_train_and_resume(trained, tmp_path, capsys):
   assert sum(len(h) for h in record['pruned_heads']) == 3
   assert all(set(a) <= set(b) for a, b in zip(first,
                                                record['pruned_heads']))
+  # Round 1's directory pretrained 2 steps with its heads pruned.
   trained_round = os.path.join(f'{out}.rounds', 'round_1_trained')
   assert runs.load_run(trained_round).step == 2
+  assert _attention_sizes(trained_round)[1] == _attention_sizes(
+      os.path.join(f'{out}.rounds', 'round_1'))[1]
   before, after = record['attention_parameters']
   assert before == _attention_sizes(run)[0]
   assert after == _attention_sizes(out)[0]
