@@ -52,12 +52,22 @@ def data_dir(tmp_path_factory):
   return tmp_path_factory.mktemp('data')
 
 
+# The demo's tiny run: 6 steps, logged every 2, checkpointed every 3.
+SIX_STEPS = dict(total_steps=6, log_every_steps=2, eval_every_steps=6,
+                 checkpoint_every_steps=3)
+
+
+@pytest.fixture(scope='module')
+def six_steps(data_dir, tmp_path_factory):
+  """(config, workdir, final metrics) of the tiny run of ``SIX_STEPS``."""
+  workdir = str(tmp_path_factory.mktemp('six_steps') / 'run')
+  cfg = _config(data_dir, **SIX_STEPS)
+  return cfg, workdir, train.train_and_evaluate(cfg, workdir)
+
+
 @pytest.mark.e2e
-def test_main_trains_logs_and_checkpoints(data_dir, tmp_path):
-  workdir = str(tmp_path / 'run')
-  cfg = _config(data_dir, total_steps=6, log_every_steps=2,
-                eval_every_steps=6, checkpoint_every_steps=3)
-  final = train.train_and_evaluate(cfg, workdir)
+def test_main_trains_logs_and_checkpoints(six_steps):
+  cfg, workdir, final = six_steps
   records = _read_jsonl(workdir)
   assert [r['step'] for r in records] == [2, 4, 6]
   for key in ('loss', 'mlm_loss', 'mlm_accuracy', 'nsp_accuracy',
@@ -312,22 +322,21 @@ def test_scanned_rematerialized_layers_train(data_dir, tmp_path):
 
 
 @pytest.mark.e2e
-def test_quantization_aware_pretraining_resumes_bitwise(data_dir, tmp_path):
+def test_quantization_aware_pretraining_resumes_bitwise(data_dir, six_steps,
+                                                        tmp_path):
   """model.quantize=int8 through the real trainer: it trains otherwise
-  than float, and a run resumed from its step-2 checkpoint ends with the
-  uninterrupted run's parameters, bit for bit."""
-  fields = dict(total_steps=4, log_every_steps=2, eval_every_steps=4,
-                checkpoint_every_steps=2, **{'model.quantize': 'int8'})
+  than float (the same run's), and a run resumed from its step-3
+  checkpoint ends with the uninterrupted run's parameters, bit for bit."""
+  cfg = _config(data_dir, **SIX_STEPS, **{'model.quantize': 'int8'})
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
-  train.train_and_evaluate(_config(data_dir, **fields), whole)
-  train.train_and_evaluate(_config(data_dir, **fields), resumed)
-  shutil.rmtree(os.path.join(resumed, 'checkpoints', '4'))
-  train.train_and_evaluate(_config(data_dir, **fields), resumed)
+  train.train_and_evaluate(cfg, whole)
+  shutil.copytree(whole, resumed)
+  shutil.rmtree(os.path.join(resumed, 'checkpoints', '6'))
+  train.train_and_evaluate(cfg, resumed)
   a, b = (jax.tree.leaves(checkpoint_lib.restore_as_saved(
-      os.path.join(w, 'checkpoints'), 4)['params']) for w in (whole, resumed))
+      os.path.join(w, 'checkpoints'), 6)['params']) for w in (whole, resumed))
   assert all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
              for x, y in zip(a, b))
-  floating = str(tmp_path / 'float')
-  train.train_and_evaluate(_config(data_dir, **{
-      **fields, 'model.quantize': 'none'}), floating)
+  assert _read_jsonl(resumed) == _read_jsonl(whole)
+  _, floating, _ = six_steps
   assert _read_jsonl(floating)[0]['loss'] != _read_jsonl(whole)[0]['loss']
