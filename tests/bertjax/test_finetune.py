@@ -3,6 +3,7 @@ encoder loads from every objective, losses match references."""
 
 import json
 import os
+import shutil
 
 import flax
 import flax.linen as nn
@@ -323,6 +324,14 @@ def _run(pretrained, tasks, workdir, mode, kind='classification', **fields):
   return finetune.finetune(cfg, str(workdir))
 
 
+@pytest.fixture(scope='module')
+def full(pretrained, tasks, tmp_path_factory):
+  """(workdir, result) of a full fine-tuning at ``_run``'s settings: the
+  tests below read it and never write into it."""
+  workdir = tmp_path_factory.mktemp('finetune') / 'full'
+  return workdir, _run(pretrained, tasks, workdir, 'full')
+
+
 def _final_params(workdir):
   directory = storage.absolute(os.path.join(str(workdir), 'checkpoints'))
   with ocp.CheckpointManager(
@@ -357,16 +366,15 @@ def test_fixed_encoder_weights_stay_bitwise(pretrained, tasks, tmp_path,
 
 
 @pytest.mark.e2e
-def test_full_and_gradual_unfreezing(pretrained, tasks, tmp_path):
+def test_full_and_gradual_unfreezing(pretrained, tasks, full, tmp_path):
   """Full fine-tuning moves every encoder weight; gradual unfreezing with a
   layer per 3 steps, over 8 steps, reaches the top 2 of 2 layers (steps 3
   and 6) but not the embeddings."""
   encoder = flax.traverse_util.flatten_dict(
       finetune.load_pretrained(pretrained).params)
-  _run(pretrained, tasks, tmp_path / 'full', 'full')
-  full = _final_params(tmp_path / 'full')
+  final = _final_params(full[0])
   changed = {k for k, v in encoder.items()
-             if k in full and full[k].tobytes() != v.tobytes()}
+             if k in final and final[k].tobytes() != v.tobytes()}
   assert {k[0] for k in changed} >= {'embeddings', 'layer_0', 'layer_1'}
   _run(pretrained, tasks, tmp_path / 'gradual', 'gradual_unfreeze',
        unfreeze_every_steps=3)
@@ -377,9 +385,10 @@ def test_full_and_gradual_unfreezing(pretrained, tasks, tmp_path):
 
 
 @pytest.mark.e2e
-def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks,
+def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks, full,
                                                   tmp_path):
-  first = _run(pretrained, tasks, tmp_path / 'a', 'full')
+  first_dir, first = full
+  shutil.copytree(first_dir, tmp_path / 'a')
   again = _run(pretrained, tasks, tmp_path / 'a', 'full')   # Resumes at 8.
   twin = _run(pretrained, tasks, tmp_path / 'b', 'full')
   assert first['metrics'] == again['metrics'] == twin['metrics']
@@ -390,8 +399,8 @@ def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks,
 
 
 @pytest.mark.e2e
-def test_a_pretrained_run_and_a_workdir_in_a_bucket(pretrained, tasks,
-                                                   gcs_bucket, tmp_path):
+def test_a_pretrained_run_and_a_workdir_in_a_bucket(pretrained, tasks, full,
+                                                   gcs_bucket):
   """The pretrained run copied into a bucket (a Cloud Storage API on
   localhost) and fine-tuned there: the local fine-tuning's metrics and
   parameters, bit for bit, and a rerun resumes from the bucket."""
@@ -399,11 +408,11 @@ def test_a_pretrained_run_and_a_workdir_in_a_bucket(pretrained, tasks,
   for path in storage.find(str(pretrained)):
     storage.upload(path, os.path.join(bucket_run,
                                       os.path.relpath(path, pretrained)))
-  local = _run(pretrained, tasks, tmp_path / 'local', 'full')
+  local_dir, local = full
   remote = _run(bucket_run, tasks, f'{gcs_bucket}/finetune/out', 'full')
   again = _run(bucket_run, tasks, f'{gcs_bucket}/finetune/out', 'full')
   assert local['metrics'] == remote['metrics'] == again['metrics']
-  a = _final_params(tmp_path / 'local')
+  a = _final_params(local_dir)
   b = _final_params(f'{gcs_bucket}/finetune/out')
   assert all(a[k].tobytes() == b[k].tobytes() for k in a)
   assert json.loads(storage.read_text(
@@ -455,16 +464,15 @@ def test_token_task_and_random_weights(pretrained, tasks, tmp_path):
 
 @pytest.mark.e2e
 def test_quantization_aware_fine_tuning_and_its_int8_export(pretrained,
-                                                            tasks, tmp_path):
+                                                            tasks, full,
+                                                            tmp_path):
   """Q8BERT: fine-tuned with fake-quantized layers (which changes what
   training does), then exported as int8 weights whose logits are the
   training forward's on the held-out set and which read back; a float
   run is refused."""
   q8 = _run(pretrained, tasks, tmp_path / 'q8', 'full',
             **{'model.quantize': 'int8'})
-  _run(pretrained, tasks, tmp_path / 'float', 'full')
-  trained, floating = (_final_params(tmp_path / name)
-                       for name in ('q8', 'float'))
+  trained, floating = _final_params(tmp_path / 'q8'), _final_params(full[0])
   assert all(trained[k].tobytes() != floating[k].tobytes()
              for k in trained if k[-1] == 'kernel')
   out = str(tmp_path / 'int8')
@@ -483,5 +491,5 @@ def test_quantization_aware_fine_tuning_and_its_int8_export(pretrained,
       jax.jit(run.model.apply)({'params': run.params}, *inputs), rtol=0,
       atol=1e-5)
   with pytest.raises(compress.CompressError, match='model.quantize=int8'):
-    compress.int8(str(tmp_path / 'float'), str(tmp_path / 'float-int8'))
+    compress.int8(str(full[0]), str(tmp_path / 'float-int8'))
   assert not (tmp_path / 'float-int8').exists()
