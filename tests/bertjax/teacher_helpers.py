@@ -19,6 +19,7 @@ from bertjax.models import bert
 from bertjax.objectives import distillation
 
 VOCAB = 400
+STEP = 3   # The written checkpoint's step.
 
 
 def write_teacher(workdir, cfg, checkpoint=True, tokenizer=b'teacher pieces',
@@ -37,12 +38,12 @@ def write_teacher(workdir, cfg, checkpoint=True, tokenizer=b'teacher pieces',
     json.dump({'config': cfg.to_dict(), 'vocab_size': VOCAB,
                'tokenizer_sha256': hashlib.sha256(tokenizer).hexdigest()}, f)
   if checkpoint:
-    state = train.TrainState(step=jnp.asarray(3, jnp.int32), params=params,
+    state = train.TrainState(step=jnp.asarray(STEP, jnp.int32), params=params,
                              opt_state={'mu': params})
     with ocp.CheckpointManager(
         os.path.join(workdir, distillation.CHECKPOINTS),
         item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
-      manager.save(3, args=ocp.args.Composite(
+      manager.save(STEP, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state)))
   return params
 

@@ -1,4 +1,4 @@
-"""experiments/compress.py end to end: a trained run's heads pruned by
+"""experiments/compress.py end to end: a saved run's heads pruned by
 importance and a LayerDrop run's layers kept, each written as a directory
 that pretraining continues from and export takes; bad requests fail
 before anything is written."""
@@ -24,6 +24,7 @@ from bertjax.interop import hf_convert
 from bertjax.models import heads as heads_lib
 
 import preset_helpers
+import teacher_helpers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -32,19 +33,24 @@ _spec = importlib.util.spec_from_file_location(
 cli = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cli)
 
-# The tiny demo at 3 layers of 2 heads, LayerDrop on, a few steps.
+# The tiny demo at 3 layers of 2 heads, LayerDrop on.
 FIELDS = {**preset_helpers.TINY, 'model.num_layers': 3,
-          'model.layerdrop': 0.2, 'total_steps': 4, 'num_train_steps': 0,
-          'log_every_steps': 2, 'eval_every_steps': 4,
-          'checkpoint_every_steps': 4, 'optimizer.warmup_steps': 1}
+          'model.layerdrop': 0.2, 'optimizer.warmup_steps': 1}
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def saved_run(tmp_path_factory):
+  """(workdir, data_dir): a run of ``FIELDS`` written as the trainer saves
+  one (random weights at step ``teacher_helpers.STEP``, the corpus's tokenizer),
+  without training it; the data directory holds that tokenizer and the
+  corpus's pre-tokenized data."""
   root = tmp_path_factory.mktemp('compress')
   cfg = preset_helpers.set_fields(preset_helpers.load_preset('demo'), {
       **FIELDS, 'data.data_dir': str(root / 'data')})
-  train.train_and_evaluate(cfg, str(root / 'run'))
+  tokenizer, _ = train.prepare_data(cfg, None, str(root / 'run'))
+  assert tokenizer.vocab_size == teacher_helpers.VOCAB
+  teacher_helpers.write_teacher(str(root / 'run'), cfg,
+                                tokenizer=tokenizer.model_proto)
   return str(root / 'run'), str(root / 'data')
 
 
@@ -56,16 +62,16 @@ def _attention_sizes(workdir):
 
 
 @pytest.mark.e2e
-def test_pruned_heads_continue_pretraining_and_export(trained, tmp_path,
+def test_pruned_heads_continue_pretraining_and_export(saved_run, tmp_path,
                                                       capsys):
-  run, data_dir = trained
+  run, data_dir = saved_run
   out = str(tmp_path / 'heads50')
   cli.main(['prune_heads', f'--workdir={run}', f'--out={out}',
             '--fraction=0.5'])
   assert f'wrote {out}' in capsys.readouterr().out
   record = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
   assert record['method'] == 'prune_heads'
-  assert record['workdir'] == run and record['step'] == 4
+  assert record['workdir'] == run and record['step'] == teacher_helpers.STEP
   assert sum(len(h) for h in record['pruned_heads']) == 3   # Of 6.
   before, _ = _attention_sizes(run)
   after, heads = _attention_sizes(out)
@@ -104,8 +110,8 @@ def test_pruned_heads_continue_pretraining_and_export(trained, tmp_path,
 
 
 @pytest.mark.e2e
-def test_kept_layers_are_the_run_without_the_others(trained, tmp_path):
-  run, _ = trained
+def test_kept_layers_are_the_run_without_the_others(saved_run, tmp_path):
+  run, _ = saved_run
   out = str(tmp_path / 'keep2')
   cli.main(['keep_layers', f'--workdir={run}', f'--out={out}', '--keep=2'])
   record = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
@@ -124,8 +130,8 @@ def test_kept_layers_are_the_run_without_the_others(trained, tmp_path):
 
 
 @pytest.mark.e2e
-def test_bad_requests_fail_before_writing(trained, tmp_path, capsys):
-  run, _ = trained
+def test_bad_requests_fail_before_writing(saved_run, tmp_path, capsys):
+  run, _ = saved_run
   cases = (
       (['prune_heads', '--fraction=1.0'], 'use a fraction in (0, 1)'),
       (['prune_heads', '--fraction=0.9'], 'every layer keeping one'),
@@ -152,10 +158,10 @@ def test_bad_requests_fail_before_writing(trained, tmp_path, capsys):
 
 
 @pytest.mark.e2e
-def test_rounds_prune_train_and_resume(trained, tmp_path, capsys):
+def test_rounds_prune_train_and_resume(saved_run, tmp_path, capsys):
   """Two rounds with 2 pretraining steps between: 2 heads, then 1 more
   scored on the trained model; a rerun reuses the finished rounds."""
-  run, _ = trained
+  run, _ = saved_run
   out = str(tmp_path / 'rounds')
   args = ['prune_heads', f'--workdir={run}', f'--out={out}',
           '--fraction=0.5', '--rounds=2', '--train_steps=2']
