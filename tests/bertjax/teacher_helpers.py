@@ -48,6 +48,15 @@ def write_teacher(workdir, cfg, checkpoint=True, tokenizer=b'teacher pieces',
   return params
 
 
+def write_run_on_corpus(workdir, cfg):
+  """``write_teacher`` with the tokenizer the trainer builds for ``cfg``'s
+  corpus, which it prepares (tokenizer and pre-tokenized data) in
+  ``cfg.data.data_dir``: a saved run that reads that data, untrained."""
+  tokenizer, _ = train.prepare_data(cfg, None, workdir)
+  assert tokenizer.vocab_size == VOCAB
+  return write_teacher(workdir, cfg, tokenizer=tokenizer.model_proto)
+
+
 def batch(spec: dict, padded_from: int = 0) -> dict:
   """A batch of ``spec`` (pipeline.batch_spec's shapes and dtypes): random
   ids below ``VOCAB``, masked positions 1..P with random labels, every

@@ -19,7 +19,6 @@ from bertjax import config_lib
 from bertjax import finetune
 from bertjax import pruning
 from bertjax import runs
-from bertjax import train
 from bertjax.interop import hf_convert
 from bertjax.models import heads as heads_lib
 
@@ -35,22 +34,17 @@ _spec.loader.exec_module(cli)
 
 # The tiny demo at 3 layers of 2 heads, LayerDrop on.
 FIELDS = {**preset_helpers.TINY, 'model.num_layers': 3,
-          'model.layerdrop': 0.2, 'optimizer.warmup_steps': 1}
+          'model.layerdrop': 0.2}
 
 
 @pytest.fixture(scope='module')
 def saved_run(tmp_path_factory):
   """(workdir, data_dir): a run of ``FIELDS`` written as the trainer saves
-  one (random weights at step ``teacher_helpers.STEP``, the corpus's tokenizer),
-  without training it; the data directory holds that tokenizer and the
-  corpus's pre-tokenized data."""
+  one (random weights at step ``teacher_helpers.STEP``), untrained."""
   root = tmp_path_factory.mktemp('compress')
   cfg = preset_helpers.set_fields(preset_helpers.load_preset('demo'), {
       **FIELDS, 'data.data_dir': str(root / 'data')})
-  tokenizer, _ = train.prepare_data(cfg, None, str(root / 'run'))
-  assert tokenizer.vocab_size == teacher_helpers.VOCAB
-  teacher_helpers.write_teacher(str(root / 'run'), cfg,
-                                tokenizer=tokenizer.model_proto)
+  teacher_helpers.write_run_on_corpus(str(root / 'run'), cfg)
   return str(root / 'run'), str(root / 'data')
 
 

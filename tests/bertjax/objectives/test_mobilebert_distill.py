@@ -438,17 +438,13 @@ def test_preset_is_the_references_recipe():
 
 
 def _write_teacher(tmp_path):
-  """A tiny IB-BERT teacher's workdir, written (random weights, not
-  trained) with the tokenizer the trainer builds for the corpus; the data
-  directory holding that tokenizer and the corpus's pre-tokenized data."""
+  """(data_dir, workdir): a tiny IB-BERT teacher's workdir, written with
+  the corpus's tokenizer (random weights, not trained)."""
   data_dir, workdir = str(tmp_path / 'data'), str(tmp_path / 'teacher')
   cfg = _set(preset_helpers.load_preset('mobilebert', 'model=teacher,'
                                         'size=demo'), {
       **preset_helpers.TINY, **TEACHER, 'data.data_dir': data_dir})
-  tokenizer, _ = train.prepare_data(cfg, None, workdir)
-  assert tokenizer.vocab_size == teacher_helpers.VOCAB
-  teacher_helpers.write_teacher(workdir, cfg,
-                                tokenizer=tokenizer.model_proto)
+  teacher_helpers.write_run_on_corpus(workdir, cfg)
   return data_dir, workdir
 
 
