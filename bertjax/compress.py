@@ -38,6 +38,7 @@ from bertjax.objectives import auxiliary
 from bertjax.objectives import base
 from bertjax.objectives import bert as bert_objective
 from bertjax.objectives import losses
+from bertjax.runtime import checkpoint as checkpoint_lib
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -198,8 +199,9 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
       record = json.loads(storage.read_text(os.path.join(target,
                                                          SOURCE_FILE)))
     else:
-      if not last:   # An earlier attempt's unfinished round: ours to redo.
-        storage.rmtree(target)
+      if not last:   # An earlier attempt's unfinished round: ours to redo
+        storage.rmtree(target)   # (and the run trained from it, if any).
+        storage.rmtree(os.path.join(work, f'round_{r}_trained'))
       record = _prune_round(run, model, params, target,
                             fraction * r / rounds, num_batches)
     history.append({k: v for k, v in record.items() if k != 'importance'})
@@ -208,8 +210,11 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
     source = target
     if train_steps:
       source = os.path.join(work, f'round_{r}_trained')
-      train.train_and_evaluate(_continued_config(target, train_steps),
-                               source)
+      # A finished run (its last checkpoint saved) is reused as it is.
+      if checkpoint_lib.latest_step(
+          os.path.join(source, 'checkpoints')) != train_steps:
+        train.train_and_evaluate(_continued_config(target, train_steps),
+                                 source)
     run, model, params = _load(source, None)
   record['rounds'] = history
   record['attention_parameters'] = [original,

@@ -47,8 +47,10 @@ def head_gates(apply: Callable, params: dict, batch: dict) -> dict:
   """The gates' tree (ones) for ``apply(variables, batch, mutable)``:
   ``{'layer_i': {'attention': {'gate': [heads_i]}}}`` and so on, as the
   model's modules nest."""
-  _, state = apply({'params': params}, batch, [GATES])
-  return jax.tree.map(jnp.ones_like, state[GATES])
+  # Traced for shapes only: no forward pass is computed.
+  _, state = jax.eval_shape(
+      lambda p, b: apply({'params': p}, b, [GATES]), params, batch)
+  return jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), state[GATES])
 
 
 def head_importance(loss: Callable, apply: Callable, params: dict,

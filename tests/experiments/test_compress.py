@@ -154,7 +154,8 @@ def test_bad_requests_fail_before_writing(saved_run, tmp_path, capsys):
 @pytest.mark.e2e
 def test_rounds_prune_train_and_resume(saved_run, tmp_path, capsys):
   """Two rounds with 2 pretraining steps between: 2 heads, then 1 more
-  scored on the trained model; a rerun reuses the finished rounds."""
+  scored on the trained model; a rerun reuses the finished rounds and
+  their finished runs."""
   run, _ = saved_run
   out = str(tmp_path / 'rounds')
   args = ['prune_heads', f'--workdir={run}', f'--out={out}',
@@ -177,10 +178,11 @@ def test_rounds_prune_train_and_resume(saved_run, tmp_path, capsys):
   assert after == _attention_sizes(out)[0]
   # Rerun into a new final directory: round 1 and its run are reused.
   marker = os.path.join(f'{out}.rounds', 'round_1', compress.SOURCE_FILE)
-  stamp = os.stat(marker).st_mtime_ns
+  metrics = os.path.join(trained_round, 'metrics.jsonl')
+  stamps = [os.stat(f).st_mtime_ns for f in (marker, metrics)]
   os.rename(out, str(tmp_path / 'moved'))
   capsys.readouterr()
   cli.main(args)
-  assert os.stat(marker).st_mtime_ns == stamp
+  assert [os.stat(f).st_mtime_ns for f in (marker, metrics)] == stamps
   again = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
   assert again['pruned_heads'] == record['pruned_heads']
