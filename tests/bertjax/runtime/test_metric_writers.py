@@ -2,8 +2,16 @@
 
 import json
 import os
+import struct
+import subprocess
+import sys
+
+from tensorboardX.proto import event_pb2
 
 from bertjax.runtime import metric_writers
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 
 def test_writes_jsonl_and_tensorboard(tmp_path):
@@ -19,6 +27,45 @@ def test_writes_jsonl_and_tensorboard(tmp_path):
   events = os.listdir(tmp_path / 'tensorboard')
   assert len(events) == 1 and events[0].startswith('events.out.tfevents')
   assert os.path.getsize(tmp_path / 'tensorboard' / events[0]) > 0
+
+
+def _scalars(event_file) -> dict:
+  """{(step, tag): value} of a TensorBoard event file (TFRecord framing:
+  length, its CRC, the Event proto, its CRC)."""
+  data, found, at = open(event_file, 'rb').read(), {}, 0
+  while at < len(data):
+    (length,) = struct.unpack('<Q', data[at:at + 8])
+    event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+    at += 16 + length
+    for value in event.summary.value:
+      found[(event.step, value.tag)] = value.simple_value
+  return found
+
+
+# A fresh interpreter that starts a run's writer, as the trainer does.
+_WRITE_WITHOUT_TORCH = """
+import sys
+import bertjax.train
+from bertjax.runtime import metric_writers
+writer = metric_writers.MetricWriter(sys.argv[1], total_steps=2,
+                                     first_step=0)
+writer.write(2, {'loss': 1.25})
+writer.close()
+print('torch loaded:', 'torch' in sys.modules)
+"""
+
+
+def test_a_run_does_not_load_torch_and_its_scalars_are_written(tmp_path):
+  """tensorboardX would import torch (1.5 s a process) where it is
+  installed, as it is with the test extra; the trainer keeps it out, and
+  the scalars are still logged."""
+  result = subprocess.run(
+      [sys.executable, '-c', _WRITE_WITHOUT_TORCH, str(tmp_path)],
+      capture_output=True, text=True, cwd=REPO, check=True,
+      env=dict(os.environ, PYTHONPATH=REPO))
+  assert 'torch loaded: False' in result.stdout
+  (events,) = os.listdir(tmp_path / 'tensorboard')
+  assert _scalars(tmp_path / 'tensorboard' / events) == {(2, 'loss'): 1.25}
 
 
 def test_resume_drops_entries_after_the_restored_step(tmp_path):
