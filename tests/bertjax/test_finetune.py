@@ -481,15 +481,11 @@ def test_quantization_aware_fine_tuning_and_its_int8_export(pretrained,
   assert record['int8_metrics'] == record['fake_quantized_metrics'] == (
       q8['metrics'])
   assert record['int8_bytes'] < 0.5 * record['float32_bytes']
-  model, params = compress.load_int8(out)
-  run = finetune.read_run(str(tmp_path / 'q8'))
-  data = finetune.encode_task(run.config, run.pretrained.tokenizer).eval
-  inputs = [jnp.asarray(data[k][:8]) for k in (
-      'input_ids', 'token_type_ids', 'attention_mask')]
-  np.testing.assert_allclose(
-      jax.jit(model.apply)({'params': params}, *inputs),
-      jax.jit(run.model.apply)({'params': run.params}, *inputs), rtol=0,
-      atol=1e-5)
+  # It reads back (its logits against the training forward's:
+  # test_quantization's read-back test).
+  _, params = compress.load_int8(out)
+  assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.int8,
+                                                        jnp.float32}
   with pytest.raises(compress.CompressError, match='model.quantize=int8'):
     compress.int8(str(full[0]), str(tmp_path / 'float-int8'))
   assert not (tmp_path / 'float-int8').exists()
