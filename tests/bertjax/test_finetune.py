@@ -484,8 +484,8 @@ def test_quantization_aware_fine_tuning_and_its_int8_export(pretrained,
   # It reads back (its logits against the training forward's:
   # test_quantization's read-back test).
   _, params = compress.load_int8(out)
-  assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.int8,
-                                                        jnp.float32}
+  assert {x.dtype for x in jax.tree.leaves(params)} == {
+      np.dtype(np.int8), np.dtype(np.float32)}
   with pytest.raises(compress.CompressError, match='model.quantize=int8'):
     compress.int8(str(full[0]), str(tmp_path / 'float-int8'))
   assert not (tmp_path / 'float-int8').exists()
