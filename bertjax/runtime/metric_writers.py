@@ -35,11 +35,12 @@ def _import_tensorboardx():
   """tensorboardX, without torch unless this process has loaded it already.
 
   tensorboardX imports torch wherever it is installed, only to accept
-  torch tensors, which bertjax never logs; torch adds 1.5 s and about 300 MB
-  to every process that trains. ``sys.modules[name] = None`` is Python's way
-  to make ``import name`` raise ImportError (tensorboardX then logs numpy
-  and floats, as here); the entry is gone again after the import, so
-  torch imports as usual later on (e.g. for a Hugging Face export).
+  torch tensors, which bertjax never logs; torch adds about 1.5 s and 80 MB
+  (peak) to every process that trains (experiments/benchmarks/startup.py).
+  ``sys.modules[name] = None`` is Python's way to make ``import name``
+  raise ImportError (tensorboardX then logs numpy and floats, as here);
+  the entry is gone again after the import, so torch imports as usual
+  later on (e.g. for a Hugging Face export).
   """
   if 'tensorboardX' in sys.modules or 'torch' in sys.modules:
     import tensorboardX  # pylint: disable=g-import-not-at-top
