@@ -13,14 +13,12 @@ import math
 import numbers
 import os
 
-import jax
 import ml_collections
 
 from bertjax import config_check
 from bertjax import objectives
 from bertjax import optim
 from bertjax import sharding as sharding_lib
-from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
 from bertjax.objectives import auxiliary
 from data_pipelines import corpus as corpus_lib
