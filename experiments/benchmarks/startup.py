@@ -14,8 +14,8 @@ Two forms, each in a fresh interpreter, alternating within each round:
 - ``with torch``: the same after a plain ``import tensorboardX`` (which
   loads torch): the trainer as it was before.
 
-For each: the median and range over ``--rounds`` rounds of the child's wall
-time from interpreter start to the writer closed, and its peak resident
+For each: the median and range over ``--rounds`` rounds of the wall time
+from the child's launch to its writer closed, and its peak resident
 memory. Prints the table and writes it, with the machine and the load on
 it, to ``--out``.
 """
