@@ -38,7 +38,6 @@ from bertjax.objectives import auxiliary
 from bertjax.objectives import base
 from bertjax.objectives import bert as bert_objective
 from bertjax.objectives import losses
-from bertjax.runtime import checkpoint as checkpoint_lib
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -210,11 +209,8 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
     source = target
     if train_steps:
       source = os.path.join(work, f'round_{r}_trained')
-      # A finished run (its last checkpoint saved) is reused as it is.
-      if checkpoint_lib.latest_step(
-          os.path.join(source, 'checkpoints')) != train_steps:
-        train.train_and_evaluate(_continued_config(target, train_steps),
-                                 source)
+      train.train_unless_finished(_continued_config(target, train_steps),
+                                  source)
     run, model, params = _load(source, None)
   record['rounds'] = history
   record['attention_parameters'] = [original,

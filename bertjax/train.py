@@ -101,6 +101,17 @@ def write_json_atomic(path: str, value) -> None:
   storage.write_text(path, json.dumps(value, indent=2, sort_keys=True))
 
 
+def train_unless_finished(cfg, workdir: str) -> bool:
+  """Trains ``cfg`` in ``workdir`` (resuming it) unless its checkpoint at
+  ``cfg.total_steps`` is saved already; returns whether it trained. A
+  finished run is not started again, which would compile its step."""
+  step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
+  if step is not None and step >= cfg.total_steps:
+    return False
+  train_and_evaluate(cfg, workdir)
+  return True
+
+
 def train_and_evaluate(cfg, workdir: str) -> dict:
   """Trains per ``cfg`` in ``workdir`` (resuming if possible).
 

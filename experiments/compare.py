@@ -76,7 +76,6 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:   # Run as a script from a checkout.
   sys.path.insert(0, _ROOT)
 
-from bertjax.runtime import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import intervals  # pylint: disable=g-import-not-at-top
@@ -604,9 +603,7 @@ def _ensure_trained(arm: Arm, cfg, workdir: str) -> None:
   so it is the same encoder."""
   if arm.workdir:
     return
-  step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
-  if step is None or step < cfg.total_steps:
-    train.train_and_evaluate(cfg, workdir)
+  train.train_unless_finished(cfg, workdir)
 
 
 def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
