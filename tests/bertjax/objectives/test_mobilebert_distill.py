@@ -1,8 +1,9 @@
 """MobileBERT's training: the transfer losses and the distillation target
 against numpy, the schedule's gates and lr multipliers, the copy from the
-teacher, a tiny student through the whole schedule (frozen and gated
-parameters bitwise, the export to transformers), the checks and the
-preset, and end to end: a written teacher, the student, export, resume."""
+teacher, the transfer under rematerialized layers, a tiny student through
+the whole schedule (frozen and gated parameters bitwise, the export to
+transformers), the checks and the preset, and end to end: a written
+teacher, the student, export, resume."""
 
 import os
 import shutil
@@ -256,6 +257,51 @@ def test_student_takes_exactly_the_teachers_embeddings_and_heads(
            np.array_equal(mine[k], theirs[k])}
   assert taken == {k for k in mine if k.startswith(copied)}
   assert all(np.array_equal(mine[k], before[k]) for k in set(mine) - taken)
+
+
+def _transfer_loss(remat: str):
+  """(value, the student's gradient) of the summed transfer terms of the
+  miniature student and teacher, both with ``model.remat=remat``."""
+  student_cfg, teacher_cfg = (
+      _model({**fields, 'model.remat': remat})
+      for fields in (STUDENT, TEACHER))
+  mapping, problems = mobilebert.pair(student_cfg, teacher_cfg, 1.0)
+  assert not problems
+  nets = mobilebert.Networks(bert.BertForPreTraining(student_cfg),
+                             bert.BertForPreTraining(teacher_cfg), mapping)
+  teacher = _random_params(teacher_cfg, 1)
+  student = mobilebert.student_params_from_teacher(
+      jax.tree.map(lambda x: 0.3 * x, _random_params(student_cfg, 2)),
+      teacher)
+  rng = np.random.default_rng(3)
+  mask = np.ones((2, 8), np.int32)
+  mask[1, 5:] = 0
+  inputs = (rng.integers(5, 128, (2, 8)).astype(np.int32),
+            np.zeros((2, 8), np.int32), mask,
+            np.array([[1, 2, 3], [0, 2, 4]], np.int32))
+
+  def total(student_params):
+    terms, _, _ = nets.losses({'student': student_params,
+                               'teacher': teacher}, inputs, True, None)
+    return sum(jnp.sum(v) for v in terms.values())
+
+  return jax.jit(jax.value_and_grad(total))(student)
+
+
+def test_rematerialized_layers_record_the_same_transfer():
+  """Layers under nn.remat still record their states and attention scores
+  (the intermediates collection): the transfer terms and the student's
+  gradient are the plain layers'."""
+  value, grads = _transfer_loss('none')
+  value_r, grads_r = _transfer_loss('full')
+  assert np.isfinite(float(value)) and float(value) > 0
+  np.testing.assert_allclose(float(value_r), float(value), rtol=1e-6)
+  mine, plain = _leaves(grads_r), _leaves(grads)
+  assert mine.keys() == plain.keys()
+  assert any(np.any(plain[k] != 0) for k in plain if 'layer_1' in k)
+  for k in plain:
+    np.testing.assert_allclose(mine[k], plain[k], rtol=1e-5, atol=1e-7,
+                               err_msg=k)
 
 
 # ---- A tiny written teacher and its student's config.
