@@ -28,19 +28,22 @@ own values (Q8BERT: one per tensor, an exponential moving average of the
 training batches' maxima). No statistics are kept, so a quantized model
 has the float model's parameters and its training state, checkpoints and
 exports unchanged.
+
+Qwix is imported where it is first used (it brings ``flax.nnx`` along:
+0.2 s of every process's start), so a float model's process never loads
+it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
+import types
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import qwix
-from qwix._src.core import qarray as qwix_qarray
-from qwix._src.providers import ptq as qwix_ptq
-from qwix._src.utils import flax_util as qwix_flax
 
 QUANTIZE = ('none', 'int8')
 # A path of each kind of layer that quantizes (a model has those of its
@@ -60,8 +63,9 @@ def _is_weight_op(lhs, rhs) -> bool:
   """Whether one operand of a matmul is a parameter of the current module
   (Qwix's own test): a fully connected layer, not attention's
   activation-by-activation products."""
-  return any(isinstance(x, qwix_ptq.WithAux)
-             or qwix_flax.find_param(x) is not None for x in (lhs, rhs))
+  q = _qwix()
+  return any(isinstance(x, q.ptq.WithAux)
+             or q.flax_util.find_param(x) is not None for x in (lhs, rhs))
 
 
 class _WeightsOnly:
@@ -78,12 +82,28 @@ class _WeightsOnly:
     return super().einsum(spec, *operands, **kwargs)
 
 
-class _Training(_WeightsOnly, qwix.QtProvider):
-  """Fake-quantized weights and activations, straight-through gradients."""
+@functools.cache
+def _qwix() -> types.SimpleNamespace:
+  """Qwix's modules (``qwix``, ``qarray``, ``ptq``, ``flax_util``) and the
+  providers that quantize weight matmuls only (``Training``,
+  ``Inference``), imported on first use."""
+  # pylint: disable=g-import-not-at-top
+  import qwix
+  from qwix._src.core import qarray
+  from qwix._src.providers import ptq
+  from qwix._src.utils import flax_util
 
+  class Training(_WeightsOnly, qwix.QtProvider):
+    """Fake-quantized weights and activations, straight-through
+    gradients."""
 
-class _Inference(_WeightsOnly, qwix.PtqProvider):
-  """int8 kernels with their scales; activations quantized dynamically."""
+  class Inference(_WeightsOnly, qwix.PtqProvider):
+    """int8 kernels with their scales; activations quantized
+    dynamically."""
+
+  return types.SimpleNamespace(qwix=qwix, qarray=qarray, ptq=ptq,
+                               flax_util=flax_util, Training=Training,
+                               Inference=Inference)
 
 
 def _rules(cfg, rule_class):
@@ -99,8 +119,9 @@ def quantized(model: nn.Module, methods=('__call__',)) -> nn.Module:
   cfg = model.cfg
   if cfg.quantize == 'none':
     return model
-  return qwix.quantize_model(model, _Training(_rules(cfg, qwix.QtRule)),
-                             methods=methods)
+  q = _qwix()
+  return q.qwix.quantize_model(model, q.Training(_rules(cfg, q.qwix.QtRule)),
+                               methods=methods)
 
 
 def int8_model(model: nn.Module) -> nn.Module:
@@ -110,8 +131,9 @@ def int8_model(model: nn.Module) -> nn.Module:
   if cfg.quantize == 'none':
     raise ValueError('an int8 model of a float model: set model.quantize '
                      "to 'int8' and train with it first.")
-  return qwix.quantize_model(
-      model, _Inference(_rules(cfg, qwix.QuantizationRule)))
+  q = _qwix()
+  return q.qwix.quantize_model(
+      model, q.Inference(_rules(cfg, q.qwix.QuantizationRule)))
 
 
 def covered_layers(pattern: str) -> list[str]:
@@ -127,9 +149,11 @@ def table_quantized(cfg, path: str) -> bool:
       cfg.quantize_layers, path) is not None
 
 
-def _row_how(qtype) -> qwix_qarray.HowToQuantize:
-  return qwix_qarray.HowToQuantize(qtype=qtype, channelwise_axes=[0],
-                                   tiled_axes={}, calibration_method='absmax')
+def _row_how(qtype):
+  """Qwix's ``HowToQuantize`` of a table: absmax, a scale per row."""
+  return _qwix().qarray.HowToQuantize(
+      qtype=qtype, channelwise_axes=[0], tiled_axes={},
+      calibration_method='absmax')
 
 
 def _quantize_rows(table, qtype):
@@ -139,12 +163,12 @@ def _quantize_rows(table, qtype):
   product with the sum of the tables (a fused multiply-add or not), in
   the training forward and in the int8 model alike. The rounding moves a
   scale by at most 2**-17 of itself."""
-  how = _row_how(qtype)
-  scale, zero_point = qwix_qarray.compute_scale_zero_point(
-      qwix_qarray.calibrate(table, how), qtype)
+  qarray, how = _qwix().qarray, _row_how(qtype)
+  scale, zero_point = qarray.compute_scale_zero_point(
+      qarray.calibrate(table, how), qtype)
   scale = jax.lax.reduce_precision(scale, exponent_bits=8, mantissa_bits=16)
-  return qwix_qarray.quantize_with_scale_zero_point(table, qtype, scale,
-                                                    zero_point)
+  return qarray.quantize_with_scale_zero_point(table, qtype, scale,
+                                               zero_point)
 
 
 def _lookup(table, ids):
@@ -175,7 +199,9 @@ _fake_quantized_lookup.defvjp(_fake_quantized_lookup_fwd,
 
 def is_int8(table) -> bool:
   """Whether ``table`` is an int8 table of ``int8_params``."""
-  return isinstance(table, qwix_ptq.WithAux)
+  # int8_params made it, so Qwix is loaded if there is one.
+  ptq = sys.modules.get('qwix._src.providers.ptq')
+  return ptq is not None and isinstance(table, ptq.WithAux)
 
 
 def embedding_rows(table, ids, quantize: bool, dtype):
@@ -200,13 +226,14 @@ def int8_params(model: nn.Module, params: dict, *inputs) -> dict:
   params = jax.tree.map(jnp.asarray, nn.unbox(params))
   abstract = nn.unbox(jax.eval_shape(
       int8_model(model).init, jax.random.PRNGKey(0), *inputs)['params'])
-  out = qwix.quantize_params(params, abstract)
+  q = _qwix()
+  out = q.qwix.quantize_params(params, abstract)
   qtype = _QTYPE[model.cfg.quantize]
   for name in ('word', 'position', 'token_type', 'task_type'):
     if name in out.get('embeddings', {}) and table_quantized(
         model.cfg, f'embeddings/{name}'):
       table = params['embeddings'][name]['embedding']
-      out['embeddings'][name]['embedding'] = qwix_ptq.WithAux(
+      out['embeddings'][name]['embedding'] = q.ptq.WithAux(
           _quantize_rows(table, qtype), _row_how(qtype))
   return out
 

@@ -2,17 +2,21 @@ r"""What a process pays before it trains: importing the trainer and starting
 its metric writer.
 
   python experiments/benchmarks/startup.py \
-      --out=experiments/benchmarks/results/startup_cpu_2026-11-27.txt
+      --out=experiments/benchmarks/results/startup_cpu_2026-11-27b.txt
 
 tensorboardX imports torch wherever torch is installed (as it is with the
 test extra, and on most researchers' machines), only to accept torch
 tensors; ``bertjax.runtime.metric_writers`` imports it with torch kept out.
-Two forms, each in a fresh interpreter, alternating within each round:
+Qwix (8-bit training) brings ``flax.nnx`` along; ``bertjax.quantization``
+imports it where a model is first quantized. Three forms, each in a fresh
+interpreter, alternating within each round:
 
 - ``bertjax``: ``import bertjax.train`` and a ``MetricWriter`` started and
   closed, as every training process does;
+- ``with qwix``: the same after ``import qwix``: the trainer as it was
+  before Qwix was imported on first use;
 - ``with torch``: the same after a plain ``import tensorboardX`` (which
-  loads torch): the trainer as it was before.
+  loads torch) and ``import qwix``: the trainer as it was before both.
 
 For each: the median and range over ``--rounds`` rounds of the wall time
 from the child's launch to its writer closed, and its peak resident
@@ -36,12 +40,15 @@ sys.path.insert(0, REPO)
 
 from experiments.benchmarks import tasks as tasks_bench  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# The child: argv[1] = workdir, argv[2] = 'torch' to import tensorboardX
-# plainly first. Prints "seconds peak_kib torch_loaded".
+# The child: argv[1] = workdir, argv[2] = what to import first ('none',
+# 'qwix', or 'torch': tensorboardX plainly, and qwix). Prints "seconds
+# peak_kib torch_loaded".
 _CHILD = """
 import resource, sys, time
 if sys.argv[2] == 'torch':
   import tensorboardX
+if sys.argv[2] in ('qwix', 'torch'):
+  import qwix
 import bertjax.train
 from bertjax.runtime import metric_writers
 writer = metric_writers.MetricWriter(sys.argv[1], total_steps=1, first_step=0)
@@ -50,7 +57,7 @@ seconds = time.time() - float(sys.argv[3])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(f'RESULT {seconds:.4f} {peak} {"torch" in sys.modules}')
 """
-FORMS = {'bertjax': 'none', 'with torch': 'torch'}
+FORMS = {'bertjax': 'none', 'with qwix': 'qwix', 'with torch': 'torch'}
 
 
 def measure(form: str, workdir: str) -> tuple[float, int, bool]:
@@ -92,11 +99,15 @@ def main(argv=None) -> None:
         f'{statistics.median(seconds[form]):9.2f} '
         f'{min(seconds[form]):6.2f}-{max(seconds[form]):<6.2f} '
         f'{statistics.median(peaks[form]) / 1024:9.0f}')
-  saved = {name: statistics.median(values['with torch'])
-           - statistics.median(values['bertjax'])
-           for name, values in (('s', seconds), ('KiB', peaks))}
-  lines.append(f'\nmedian saving per process: {saved["s"]:.2f} s and '
-               f'{saved["KiB"] / 1024:.0f} MiB, over {args.rounds} rounds')
+  lines.append('')
+  for form in FORMS:
+    if form != 'bertjax':
+      saved = {name: statistics.median(values[form])
+               - statistics.median(values['bertjax'])
+               for name, values in (('s', seconds), ('KiB', peaks))}
+      lines.append(f'median saving per process against {form!r}: '
+                   f'{saved["s"]:.2f} s and {saved["KiB"] / 1024:.0f} MiB, '
+                   f'over {args.rounds} rounds')
   print('\n'.join(lines))
   if args.out:
     with open(args.out, 'w') as f:

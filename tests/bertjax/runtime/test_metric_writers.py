@@ -52,18 +52,21 @@ writer = metric_writers.MetricWriter(sys.argv[1], total_steps=2,
 writer.write(2, {'loss': 1.25})
 writer.close()
 print('torch loaded:', 'torch' in sys.modules)
+print('qwix loaded:', 'qwix' in sys.modules)
 """
 
 
 def test_a_run_does_not_load_torch_and_its_scalars_are_written(tmp_path):
   """tensorboardX would import torch (1.5 s a process) where it is
   installed, as it is with the test extra; the trainer keeps it out, and
-  the scalars are still logged."""
+  the scalars are still logged. Nor does a float model's run load Qwix
+  (bertjax.quantization imports it on first use)."""
   result = subprocess.run(
       [sys.executable, '-c', _WRITE_WITHOUT_TORCH, str(tmp_path)],
       capture_output=True, text=True, cwd=REPO, check=True,
       env=dict(os.environ, PYTHONPATH=REPO))
   assert 'torch loaded: False' in result.stdout
+  assert 'qwix loaded: False' in result.stdout
   (events,) = os.listdir(tmp_path / 'tensorboard')
   assert _scalars(tmp_path / 'tensorboard' / events) == {(2, 'loss'): 1.25}
 
