@@ -51,6 +51,7 @@ from bertjax import objectives
 from bertjax import sharding
 from bertjax import storage
 from bertjax import train
+from bertjax import train_flags
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -484,7 +485,7 @@ def write(report: dict, out: str, save_hlo: bool = True) -> str:
 
 # --config is bertjax.train's flag (the same configs and overrides).
 FLAGS = flags.FLAGS
-flags.adopt_module_key_flags(train)
+flags.declare_key_flag(train_flags.CONFIG.name)   # Listed by --help.
 _TOPOLOGY = flags.DEFINE_string(
     'topology', None, 'Accelerator type (v5e-16, v4-32, v5p-8, v6e-8) or '
     'topology (v5e:4x4).')

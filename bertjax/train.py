@@ -62,6 +62,9 @@ from data_pipelines import pipeline
 from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
 
+# The trainer's flags, defined once in their own module; --help lists them.
+flags.adopt_module_key_flags(train_flags)
+
 # Independent keys split once from the seed: model init, the training
 # steps' keys (dropout; ELECTRA's masking and sampling), and evaluation's.
 _MODEL_KEY, _DROPOUT_KEY, _EVAL_KEY = 1, 2, 3
@@ -838,16 +841,7 @@ def baseline_accuracy(batches: list[dict], token: int) -> float:
 
 
 def main(argv) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if train_flags.CONFIG.value is None or not train_flags.WORKDIR.value:
-    raise app.UsageError('--config and --workdir are required.')
-  if not flags.FLAGS['verbosity'].present:
-    # Orbax and TFDS log every step of every save at INFO; -v 0 shows them.
-    logging.set_verbosity(logging.WARNING)
-  how = distributed.initialize(
-      train_flags.MULTIHOST.value, train_flags.COORDINATOR.value,
-      train_flags.NUM_PROCESSES.value, train_flags.PROCESS_ID.value)
+  how = train_flags.start(argv)
   say(f'jax {jax.__version__}: {how}')
   try:
     train_and_evaluate(train_flags.CONFIG.value, train_flags.WORKDIR.value)

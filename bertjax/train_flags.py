@@ -9,7 +9,9 @@ defined twice, which absl refuses. Defined here, they are defined once,
 whichever copy imports them.
 """
 
+from absl import app
 from absl import flags
+from absl import logging
 from ml_collections import config_flags
 
 from bertjax.runtime import distributed
@@ -33,3 +35,20 @@ NUM_PROCESSES = flags.DEFINE_integer('num_processes', 0,
                                      'Processes in the job (explicit mode).')
 PROCESS_ID = flags.DEFINE_integer('process_id', -1,
                                   'This process, 0..num_processes-1.')
+
+
+def start(argv) -> str:
+  """What a command taking these flags does first (the trainer, fine-tuning,
+  multi-task fine-tuning, task distillation): refuses stray arguments and a
+  missing --config or --workdir (``app.UsageError``), keeps Orbax's and
+  TFDS's INFO logs (every step of every save) out unless --verbosity is
+  given, and joins the multi-process job. Returns how it joined, as
+  ``distributed.initialize`` says it."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if CONFIG.value is None or not WORKDIR.value:
+    raise app.UsageError('--config and --workdir are required.')
+  if not flags.FLAGS['verbosity'].present:
+    logging.set_verbosity(logging.WARNING)
+  return distributed.initialize(MULTIHOST.value, COORDINATOR.value,
+                                NUM_PROCESSES.value, PROCESS_ID.value)

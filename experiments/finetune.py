@@ -15,20 +15,19 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
-# bertjax.train defines the flags this command shares with pretraining:
-# --config, --workdir, and the multi-host ones (--multihost, ...).
-from bertjax.runtime import distributed  # pylint: disable=g-import-not-at-top,wrong-import-position
+# bertjax.train_flags defines the flags this command shares with
+# pretraining: --config, --workdir, and the multi-host ones (--multihost,
+# ...).
 from bertjax import finetune  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import storage  # pylint: disable=g-import-not-at-top,wrong-import-position
-from bertjax import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax import train_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 FLAGS = flags.FLAGS
-flags.adopt_module_key_flags(train)   # Listed by --help.
+flags.adopt_module_key_flags(train_flags)   # Listed by --help.
 _COMPARE = flags.DEFINE_bool(
     'compare_scratch', False, 'Also fine-tune from random weights and print '
     'both scores.')
@@ -62,14 +61,7 @@ def compare_scratch(cfg, workdir: str) -> str:
 
 
 def main(argv) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  if FLAGS.config is None or not FLAGS.workdir:
-    raise app.UsageError('--config and --workdir are required.')
-  if not FLAGS['verbosity'].present:
-    logging.set_verbosity(logging.WARNING)
-  distributed.initialize(FLAGS.multihost, FLAGS.coordinator_address,
-                         FLAGS.num_processes, FLAGS.process_id)
+  train_flags.start(argv)
   try:
     if _COMPARE.value:
       print(compare_scratch(FLAGS.config, FLAGS.workdir), end='')

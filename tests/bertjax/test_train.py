@@ -148,6 +148,28 @@ def test_config_typo_is_an_error(tmp_path, config):
 
 
 @pytest.mark.e2e
+def test_help_lists_the_flags_and_a_missing_workdir_is_refused(tmp_path):
+  """The flags live in bertjax/train_flags.py: --help lists them all the
+  same, and a command (here fine-tuning's) started without --workdir
+  stops with the usage error, writing nothing."""
+  env = dict(os.environ, PYTHONPATH=REPO)
+  # absl's --help exits with status 1.
+  shown = subprocess.run([sys.executable, '-m', 'bertjax.train', '--help'],
+                         env=env, capture_output=True, text=True,
+                         cwd=REPO).stdout
+  for flag in ('config', 'workdir', 'multihost', 'coordinator_address'):
+    assert f'\n  --{flag}:' in shown, flag
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, 'experiments', 'finetune.py'),
+       '--config=' + os.path.join(REPO, 'experiments', 'configs',
+                                  'finetune.py')],
+      env=env, capture_output=True, text=True, cwd=tmp_path)
+  assert result.returncode != 0
+  assert '--config and --workdir are required' in result.stderr
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.e2e
 def test_resume_with_other_tokenizer_fails_and_keeps_checkpoints(
     data_dir, tmp_path):
   workdir = str(tmp_path / 'run')
