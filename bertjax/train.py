@@ -852,6 +852,10 @@ def main(argv) -> None:
 
 def run() -> None:
   """Console entry point (``bertjax-train``)."""
+  # --help lists the key flags of the script that runs (sys.argv[0]): here
+  # the console script, not this module.
+  for flag in flags.FLAGS.get_key_flags_for_module(train_flags):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
   app.run(main)
 
 

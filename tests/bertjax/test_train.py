@@ -153,12 +153,15 @@ def test_help_lists_the_flags_and_a_missing_workdir_is_refused(tmp_path):
   same, and a command (here fine-tuning's) started without --workdir
   stops with the usage error, writing nothing."""
   env = dict(os.environ, PYTHONPATH=REPO)
-  # absl's --help exits with status 1.
-  shown = subprocess.run([sys.executable, '-m', 'bertjax.train', '--help'],
-                         env=env, capture_output=True, text=True,
-                         cwd=REPO).stdout
-  for flag in ('config', 'workdir', 'multihost', 'coordinator_address'):
-    assert f'\n  --{flag}:' in shown, flag
+  # python -m bertjax.train, and setup.py's console script bertjax-train
+  # (its own file as sys.argv[0]). absl's --help exits with status 1.
+  for command in (['-m', 'bertjax.train'], [
+      '-c', 'import sys; from bertjax import train; '
+      'sys.argv[0] = "bertjax-train"; train.run()']):
+    shown = subprocess.run([sys.executable, *command, '--help'], env=env,
+                           capture_output=True, text=True, cwd=REPO).stdout
+    for flag in ('config', 'workdir', 'multihost', 'coordinator_address'):
+      assert f'\n  --{flag}:' in shown, (command, flag)
   result = subprocess.run(
       [sys.executable, os.path.join(REPO, 'experiments', 'finetune.py'),
        '--config=' + os.path.join(REPO, 'experiments', 'configs',
