@@ -277,13 +277,15 @@ def load_config_file(spec: str):
 
 
 def parse_arg(arg: str | None, **defaults) -> dict:
-  """``'size=large,phase=2'`` -> dict, over ``defaults``; unknown keys fail."""
+  """``'size=large,phase=2'`` -> dict, over ``defaults``; unknown keys fail
+  (any key, where a config takes no arg: no ``defaults``)."""
   values = dict(defaults)
   for item in filter(None, (arg or '').split(',')):
     key, _, value = item.partition('=')
     if key not in values:
-      raise ValueError(f'unknown config arg {key!r}; use '
-                       f'{", ".join(f"{k}=" for k in values)}.')
+      takes = (f'use {", ".join(f"{k}=" for k in values)}' if values else
+               'this config takes none: drop the ":..." after its path')
+      raise ValueError(f'unknown config arg {key!r}; {takes}.')
     values[key] = value
   return values
 

@@ -32,5 +32,5 @@ from bertjax import config_lib
 
 
 def get_config(arg=None):
-  del arg
+  config_lib.parse_arg(arg)   # It takes none: refuses one.
   return config_lib.demo_config()

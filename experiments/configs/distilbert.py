@@ -69,7 +69,7 @@ from bertjax import config_lib
 
 
 def get_config(arg=None):
-  del arg
+  config_lib.parse_arg(arg)   # It takes none: refuses one.
   c = config_lib.base_config()
   c.objective.name = 'distillation'
   c.objective.nsp_weight = 0.0

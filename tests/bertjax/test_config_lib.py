@@ -40,6 +40,14 @@ def test_bert_preset_rejects_unknown_arg():
     _load('bert').get_config('sise=base')
 
 
+@pytest.mark.parametrize('preset', ['demo', 'distilbert'])
+def test_a_preset_without_args_refuses_one(preset):
+  """demo.py:size=base would otherwise train the demo, size unread."""
+  with pytest.raises(ValueError, match="'size'; this config takes none"):
+    _load(preset).get_config('size=base')
+  assert _load(preset).get_config('') == _load(preset).get_config()
+
+
 def test_demo_is_valid():
   config_lib.validate(_load('demo').get_config())
 
