@@ -804,14 +804,15 @@ def final_evaluation(loop: TrainLoop, params, data: InputData) -> dict:
     loop.writer.close()
     return final
   token = most_frequent_token(data.prepared.train_unigram_counts)
-  final['baseline_mlm_accuracy'] = baseline_accuracy(
+  final['baseline_mlm_accuracy'] = baseline = baseline_accuracy(
       [loop.to_global(b) for b in data.eval_batches], token)
+  accuracy = final['eval_mlm_accuracy']
   loop.writer.message(
-      f'final held-out MLM accuracy {final["eval_mlm_accuracy"]:.4f}; '
+      f'final held-out MLM accuracy {accuracy:.4f}; '
       f'always predicting the most frequent token '
       f'({data.tokenizer.id_to_piece(token)!r}) scores '
-      f'{final["baseline_mlm_accuracy"]:.4f} on the same positions '
-      f'({final["eval_mlm_accuracy"] / max(final["baseline_mlm_accuracy"], 1e-9):.2f}x).')
+      f'{baseline:.4f} on the same positions '
+      f'({accuracy / max(baseline, 1e-9):.2f}x).')
   loop.writer.close()
   return final
 
