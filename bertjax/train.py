@@ -62,9 +62,6 @@ from data_pipelines import pipeline
 from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
 
-# The trainer's flags, defined once in their own module; --help lists them.
-flags.adopt_module_key_flags(train_flags)
-
 # Independent keys split once from the seed: model init, the training
 # steps' keys (dropout; ELECTRA's masking and sampling), and evaluation's.
 _MODEL_KEY, _DROPOUT_KEY, _EVAL_KEY = 1, 2, 3
@@ -853,8 +850,9 @@ def main(argv) -> None:
 
 def run() -> None:
   """Console entry point (``bertjax-train``)."""
-  # --help lists the key flags of the script that runs (sys.argv[0]): here
-  # the console script, not this module.
+  # --help lists the key flags of the script that runs (sys.argv[0]): this
+  # file under python -m bertjax.train, the console script as bertjax-train.
+  # The flags are train_flags' (defined once there).
   for flag in flags.FLAGS.get_key_flags_for_module(train_flags):
     flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
   app.run(main)
