@@ -593,22 +593,18 @@ def _identity(cfg) -> dict:
 
 
 def _check_resume(workdir: str, cfg) -> None:
+  """Fails when ``workdir`` holds a fine-tuning run of other settings."""
   try:
-    saved = json.loads(storage.read_text(
-        os.path.join(workdir, _META)))['identity']
+    saved = json.loads(storage.read_text(os.path.join(workdir, _META)))
   except FileNotFoundError:
     return
-  # A field added since the run was written counts at its default.
-  defaults = json.loads(json.dumps(_identity(base_config())))
-  for name, section in saved.items():
-    if isinstance(section, dict) and isinstance(defaults.get(name), dict):
-      saved[name] = {**defaults[name], **section}
-  ours = json.loads(json.dumps(_identity(cfg)))
-  changed = sorted(k for k in ours if saved.get(k) != ours[k])
+  changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
+                                       _identity(base_config()))
   if changed:
     raise FinetuneError(
         f'{workdir!r} holds a fine-tuning run with other settings of '
-        f'{changed}; use a new --workdir (or the same settings to resume).')
+        f'{list(changed)}; use a new --workdir (or the same settings to '
+        'resume).')
 
 
 def _place(value: np.ndarray, leaf: jax.ShapeDtypeStruct) -> jax.Array:

@@ -538,18 +538,13 @@ def _check_resume(workdir: str, cfg) -> None:
     saved = json.loads(storage.read_text(os.path.join(workdir, META)))
   except FileNotFoundError:
     return
-  saved = saved['identity']
-  # A field added since the run was written counts at its default.
-  defaults = json.loads(json.dumps(_identity(base_config())))
-  for name, section in saved.items():
-    if isinstance(section, dict) and isinstance(defaults.get(name), dict):
-      saved[name] = {**defaults[name], **section}
-  ours = json.loads(json.dumps(_identity(cfg)))
-  changed = sorted(k for k in ours if saved.get(k) != ours[k])
+  changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
+                                       _identity(base_config()))
   if changed:
     raise MultitaskError(
         f'{workdir!r} holds a multi-task run with other settings of '
-        f'{changed}; use a new --workdir (or the same settings to resume).')
+        f'{list(changed)}; use a new --workdir (or the same settings to '
+        'resume).')
 
 
 def multitask(cfg, workdir: str) -> dict:

@@ -427,19 +427,23 @@ def distill_task(cfg, workdir: str) -> dict:
   return result
 
 
+def _identity(cfg) -> dict:
+  return {name: train_lib.config_section(cfg, name) for name in _IDENTITY}
+
+
 def _check_resume(cfg, workdir: str) -> dict:
   """``cfg``'s identity (what a resumed run must share), checked against
   the one ``workdir`` was written with, if any."""
-  identity = json.loads(json.dumps(
-      {name: train_lib.config_section(cfg, name) for name in _IDENTITY}))
+  identity = json.loads(json.dumps(_identity(cfg)))
   meta_path = os.path.join(workdir, META)
   if storage.isfile(meta_path):
     saved = json.loads(storage.read_text(meta_path))['identity']
-    changed = sorted(k for k in identity if saved.get(k) != identity[k])
+    changed = train_lib.identity_changes(saved, identity,
+                                         _identity(base_config()))
     if changed:
       raise DistillError(f'{workdir!r} holds a task distillation with other '
-                         f'settings of {changed}; use a new --workdir (or '
-                         'the same settings to resume).')
+                         f'settings of {list(changed)}; use a new --workdir '
+                         '(or the same settings to resume).')
   return identity
 
 

@@ -209,15 +209,24 @@ def run_identity(cfg) -> dict:
   return identity
 
 
-def _with_new_fields(identity: dict) -> dict:
-  """A saved identity with the fields added to its sections since it was
-  written, at their defaults: a new field's default keeps the behaviour of
-  the code before it, so an older run resumes unless its setting changed."""
-  defaults = json.loads(json.dumps(run_identity(config_lib.base_config())))
-  return {name: ({**defaults[name], **value}
-                 if isinstance(value, dict)
-                 and isinstance(defaults.get(name), dict) else value)
-          for name, value in identity.items()}
+def identity_changes(saved: dict, mine: dict, defaults: dict
+                     ) -> dict[str, tuple[Any, Any]]:
+  """``{name: (saved value, value now)}`` for each setting in which a run's
+  saved identity differs from ``mine``, over both sets of names.
+
+  A field added to a section since the run was written counts at its value
+  in ``defaults`` (the base config's identity): a new field's default keeps
+  the behaviour of the code before it, so an older run resumes unless its
+  setting changed. Shared by every command that resumes a workdir.
+  """
+  mine, defaults = json.loads(json.dumps([mine, defaults]))
+  theirs = {name: ({**defaults[name], **value}
+                   if isinstance(value, dict)
+                   and isinstance(defaults.get(name), dict) else value)
+            for name, value in saved.items()}
+  return {name: (theirs.get(name), mine.get(name))
+          for name in sorted(set(mine) | set(theirs))
+          if theirs.get(name) != mine.get(name)}
 
 
 def check_resume_compatible(workdir: str, cfg) -> dict | None:
@@ -226,18 +235,17 @@ def check_resume_compatible(workdir: str, cfg) -> dict | None:
     saved = json.loads(storage.read_text(os.path.join(workdir, RUN_META)))
   except FileNotFoundError:
     return None
-  mine = json.loads(json.dumps(run_identity(cfg)))
-  theirs = _with_new_fields(saved['identity'])
-  # Over both key sets: a mixture run and a single-corpus run differ in them.
-  changed = sorted(k for k in set(mine) | set(theirs)
-                   if theirs.get(k) != mine.get(k))
+  # Over both name sets: a mixture run and a single-corpus run differ in
+  # them.
+  changed = identity_changes(saved['identity'], run_identity(cfg),
+                             run_identity(config_lib.base_config()))
   if changed:
+    theirs, mine = zip(*changed.values())
     raise ResumeError(
         f'workdir {workdir!r} holds a run whose {", ".join(changed)} differ '
-        f'from this config (saved: {[theirs.get(k) for k in changed]}'
-        f', now: {[mine.get(k) for k in changed]}). Its checkpoints cannot '
-        'continue with these settings: use a new --workdir, or restore the '
-        'original settings.')
+        f'from this config (saved: {list(theirs)}, now: {list(mine)}). Its '
+        'checkpoints cannot continue with these settings: use a new '
+        '--workdir, or restore the original settings.')
   return saved
 
 

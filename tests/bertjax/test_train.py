@@ -201,6 +201,21 @@ def test_most_frequent_token_skips_specials():
   assert train.most_frequent_token(counts) == 6
 
 
+def test_identity_changes_fill_fields_added_since_and_name_the_rest():
+  defaults = {'seed': 0, 'model': {'layers': 2, 'new': 'off'}}
+  mine = {'seed': 0, 'model': {'layers': 2, 'new': 'off'}, 'task': 't'}
+  # A saved section without a field added since counts at its default.
+  saved = {'seed': 0, 'model': {'layers': 2}, 'task': 't'}
+  assert train.identity_changes(saved, mine, defaults) == {}
+  saved['model']['new'] = 'on'
+  assert train.identity_changes(saved, mine, defaults) == {
+      'model': ({'layers': 2, 'new': 'on'}, {'layers': 2, 'new': 'off'})}
+  # A name on one side only is a change, and tuples compare as saved.
+  assert train.identity_changes({'seed': 0, 'ids': [1]},
+                                {'seed': 0, 'ids': (1,), 'task': 't'},
+                                defaults) == {'task': (None, 't')}
+
+
 def test_base_config_is_valid():
   config_lib.validate(config_lib.base_config())
 
