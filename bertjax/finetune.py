@@ -176,9 +176,10 @@ def validate(cfg, check_init: bool = True) -> None:
     if not ok:
       errors.append(message)
 
-  check(bool(cfg.init) or not check_init, 'init is empty: give the pretrained workdir (a '
-        'training run, or experiments/import_hf.py\'s output); its tokenizer '
-        'and architecture are used even with init_weights=random.')
+  check(bool(cfg.init) or not check_init,
+        'init is empty: give the pretrained workdir (a training run, or '
+        'experiments/import_hf.py\'s output); its tokenizer and '
+        'architecture are used even with init_weights=random.')
   check(cfg.mode in MODES, f'mode={cfg.mode!r}; use one of {MODES}.')
   check(cfg.pooling in heads.POOLING,
         f'pooling={cfg.pooling!r}; use one of {heads.POOLING}.')
@@ -211,8 +212,9 @@ def validate(cfg, check_init: bool = True) -> None:
   check(cfg.task.name != 'files' or cfg.task.kind in heads.KINDS,
         f'task.kind={cfg.task.kind!r}; task.name=files needs one of '
         f'{heads.KINDS}.')
-  if check_init and cfg.init and not (storage.isdir(cfg.init) and checkpoint_lib.latest_step(
-      os.path.join(cfg.init, 'checkpoints')) is not None):
+  if check_init and cfg.init and not (
+      storage.isdir(cfg.init) and checkpoint_lib.latest_step(
+          os.path.join(cfg.init, 'checkpoints')) is not None):
     errors.append(f'init={cfg.init!r} holds no checkpoint: give the '
                   '--workdir of a pretraining run (or an import).')
   if errors:

@@ -1,11 +1,12 @@
 """A finished run read back from its workdir: its config (fields added
 since at their defaults), its tokenizer and its parameters at one step.
 
-What export (bertjax/interop/hf_convert.py), fine-tuning (bertjax/finetune.py) and
-the experiment scripts read of a run. It sits above the config
-(bertjax/config_lib.py), which completes a saved config with today's
-defaults, and the checkpoint code (bertjax/runtime/checkpoint.py), which finds,
-verifies and restores the steps.
+What export (bertjax/interop/hf_convert.py), fine-tuning
+(bertjax/finetune.py) and the experiment scripts read of a run. It sits
+above the config (bertjax/config_lib.py), which completes a saved config
+with today's defaults, and the checkpoint code
+(bertjax/runtime/checkpoint.py), which finds, verifies and restores the
+steps.
 """
 
 from __future__ import annotations

@@ -45,10 +45,11 @@ What is reported (``--results``, default ``--out``):
   ``objectives.png``.
 - ``rows.jsonl``: one raw row per finished pretraining or fine-tuning run,
   appended as each finishes (``--report_only`` writes the report of the
-  rows so far without running anything). A rerun skips every run whose row is there
-  (with the same settings) and resumes an unfinished one from its
-  checkpoint, bitwise; so a long comparison can be stopped and continued,
-  in another session, from the rows alone: commit them as they come.
+  rows so far without running anything). A rerun skips every run whose
+  row is there (with the same settings) and resumes an unfinished one
+  from its checkpoint, bitwise; so a long comparison can be stopped and
+  continued, in another session, from the rows alone: commit them as they
+  come.
 
 The wall time of this invocation and the comparison's total (the sum of its
 rows' runs) are printed and written.
@@ -907,8 +908,8 @@ def report(plan: Plan, rows: list[dict], command: str,
                _fmt(np.mean([r['wall_seconds'] for r in by_seed.values()
                              if r['wall_seconds'] is not None] or [math.nan]),
                     0)]
-      for _, metric, objectives in COLUMNS:
-        same = objectives is None or first['objective'] in objectives
+      for _, metric, only in COLUMNS:
+        same = only is None or first['objective'] in only
         cells.append(_mean_pm([r['final'].get(metric)
                                for r in by_seed.values()]) if same else '-')
       cells.append(_task_accuracies(by_seed.values()))

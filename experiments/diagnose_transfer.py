@@ -34,7 +34,6 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:   # Run as a script from a checkout.
   sys.path.insert(0, _ROOT)
 
-from bertjax.runtime import checkpoint as checkpoint_lib  # pylint: disable=g-import-not-at-top
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import runs  # pylint: disable=g-import-not-at-top

@@ -313,9 +313,9 @@ class Checkpointer:
 
     A step that fails its manifest, or that has none and fails to restore,
     is moved to ``checkpoints_corrupt/`` with a message through ``say``,
-    and the next older step is tried. ``defaults``: as in ``restore``. A step whose manifest holds but
-    whose restore fails is not corrupt (e.g. another model's checkpoint):
-    that error is raised as it is.
+    and the next older step is tried. ``defaults``: as in ``restore``. A
+    step whose manifest holds but whose restore fails is not corrupt (e.g.
+    another model's checkpoint): that error is raised as it is.
     """
     set_aside = []
     while True:

@@ -129,7 +129,8 @@ def main() -> None:
     os.sched_setaffinity(0, {cores[0]})
     cfg = _config(layout, seq_len, predictions, 0, 1)
     rate = _measure(prepared, cfg, args.batches)
-    print(f'{layout:<15} {seq_len:>4}  {"1 core, in-process":<22} {rate:14,.0f}')
+    print(f'{layout:<15} {seq_len:>4}  {"1 core, in-process":<22} '
+          f'{rate:14,.0f}')
     os.sched_setaffinity(0, set(cores))
     for workers in (1, 2, 4):
       cfg = _config(layout, seq_len, predictions, workers, 1)

@@ -52,7 +52,9 @@ def _rss_mb() -> tuple[float, float]:
           resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 
 
-def _data_config(corpus_dir: str, data_dir: str, args) -> 'ConfigDict':
+def _data_config(corpus_dir: str, data_dir: str, args):
+  """The config's ``data`` section (a ConfigDict): the text files in
+  ``corpus_dir``, prepared into ``data_dir``."""
   from bertjax import config_lib  # pylint: disable=g-import-not-at-top
   d = config_lib.base_config().data
   d.corpus.source = 'files'

@@ -29,7 +29,6 @@ tasks.py's lines), to ``--out``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys

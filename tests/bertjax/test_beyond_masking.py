@@ -4,7 +4,6 @@ loads in transformers' ErnieModel with the task embedding."""
 
 import json
 import math
-import os
 
 import flax
 import numpy as np
