@@ -16,11 +16,14 @@ without masked LM:
 The schedule: stage ``k`` runs ``continual.stage_steps[k]`` steps over the
 streams introduced by then (``first_stage <= k``). Each gets an exact share
 of the stage's steps, ``weight / sum of the stage's weights`` rounded by
-largest remainders (its iteration budget), in an order that a counter-based
-permutation of the stage fixes. So the stream of step ``s``, and which of
-that stream's batches it reads, are pure functions of (seed, s): resuming
-is starting from a step, as for one stream. Past the last stage the last
-stage's mix goes on.
+largest remainders (its iteration budget), in an order that a permutation
+of the stage's slots fixes, drawn by NumPy's Generator seeded with (seed,
+stage). So the stream of step ``s``, and which of that stream's batches it
+reads, are pure functions of (seed, s): resuming is starting from a step,
+as for one stream. Past the last stage the last stage's mix goes on.
+(NumPy does not promise a Generator's draws across its releases, as
+counter_rng promises its own: resume a run with the NumPy it started
+with.)
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ SECTION = 'tasks'
 # The parameter tree of the heads, next to the encoder's.
 PARAMS = 'task_heads'
 COUNT_OFFSET = 1e-5
+# The batch field of NSP's labels, which a pair task's classes replace.
+NSP_LABELS = 'next_sentence_labels'
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -79,6 +81,9 @@ def check(cfg, errors: list[str]) -> None:
   if cfg.continual.stage_steps or cfg.continual.streams:
     check_continual(cfg, errors)
   on = enabled(cfg)
+  if not cfg.continual.stage_steps:
+    check_stream([t.name for t in on], cfg.data.layout, cfg.objective,
+                 'data.layout', errors)
   if not on:
     return
   if cfg.objective.name != 'bert':
@@ -88,29 +93,50 @@ def check(cfg, errors: list[str]) -> None:
                   'or set their tasks.<name>.weight=0.')
   for task in on:
     task.check(tasks_lib.run_params(cfg, task.name), cfg.data, errors)
-  if not cfg.continual.stage_steps:
-    check_stream([t.name for t in on], cfg.data.layout, cfg.objective,
-                 'data.layout', errors)
+  whole = [t.name for t in on if t.across_documents]
+  if whole and not cfg.model.attend_across_documents:
+    errors.append(f'tasks {whole} label the order of the row\'s sentences '
+                  'or documents, which model.attend_across_documents=False '
+                  'hides from each other: use True, or set their '
+                  'tasks.<name>.weight=0.')
 
 
 def check_stream(names, layout: str, objective, where: str,
                  errors: list[str]) -> None:
   """What one batch stream's tasks need: their layout, at most one
-  corruption, and no NSP head reading another task's sentence labels."""
-  corrupting = [n for n in names if tasks_lib.get(n).corrupts]
+  corruption, no labels of the tokens next to a corruption that changes
+  them, and no NSP head reading another task's pair labels."""
+  tasks = [tasks_lib.get(n) for n in names]
+  corrupting = [t.name for t in tasks if t.corrupts]
   if len(corrupting) > 1:
     errors.append(f'tasks {corrupting} each rewrite the input; a batch '
                   'takes one (each labels positions of the sequence it '
                   'builds): turn all but one off (weight 0), or give them '
                   'separate streams (continual.streams).')
-  for name in names:
-    task = tasks_lib.get(name)
+  new = [f'tasks.{t.name}.weight' for t in tasks if t.new_tokens]
+  facts = [f'tasks.{t.name}.weight' for t in tasks if t.token_facts]
+  if new and facts:
+    errors.append(f'{", ".join(new)} > 0 next to {", ".join(facts)} > 0 '
+                  'in one batch: an inserted, replaced or shuffled token '
+                  'stands where the facts those tasks predict '
+                  '(capitalization, document relation) are another '
+                  'token\'s or unknown: set one side\'s weights to 0, or '
+                  'give them separate streams (continual.streams).')
+  for task in tasks:
     if task.layout and task.layout != layout:
-      errors.append(f'tasks.{name} needs {where}={task.layout!r}; got '
-                    f'{layout!r}: set it, or tasks.{name}.weight=0.')
-    if task.label_field == 'next_sentence_labels' and objective.nsp_weight:
-      errors.append(f'tasks.{name} labels the sentence pair (its classes '
-                    'replace NSP\'s): use objective.nsp_weight=0.')
+      errors.append(f'tasks.{task.name} needs {where}={task.layout!r}; got '
+                    f'{layout!r}: set it, or tasks.{task.name}.weight=0.')
+  # A layout whose pair label is a task's classes, not NSP's 2 (the NSP
+  # head would read labels outside its classes: a NaN loss).
+  pair_tasks = sorted(
+      {t.name for t in tasks if t.label_field == NSP_LABELS}
+      | {n for n in tasks_lib.names() if tasks_lib.get(n).layout == layout
+         and tasks_lib.get(n).label_field == NSP_LABELS})
+  if pair_tasks and objective.nsp_weight:
+    errors.append(f'{where}={layout!r} with objective.nsp_weight='
+                  f'{objective.nsp_weight}: the pairs carry the classes of '
+                  f'tasks {pair_tasks} in place of NSP\'s, which the NSP '
+                  'head cannot read: use objective.nsp_weight=0.')
 
 
 def continual_defaults() -> ml_collections.ConfigDict:
@@ -161,6 +187,14 @@ def check_continual(cfg, errors: list[str]) -> None:
   firsts = []
   for name in sorted(c.streams):
     firsts.append(_check_one_stream(cfg, name, len(stages), errors))
+  built = {t for name in c.streams for t in c.streams[name].tasks}
+  errors.extend(
+      f'tasks.{name}.weight={cfg.tasks[name].weight} but no '
+      'continual.streams.<name>.tasks builds it: a continual run trains '
+      'its streams\' tasks only; add it to a stream, or set the weight to 0.'
+      for name in sorted(cfg.tasks)
+      if name in tasks_lib.names() and cfg.tasks[name].weight > 0
+      and name not in built)
   if 0 not in firsts:
     errors.append('no stream has continual.streams.<name>.first_stage=0: '
                   'the first stage would have nothing to train on.')

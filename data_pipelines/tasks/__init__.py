@@ -22,7 +22,9 @@ says:
 A task that rewrites ``input_ids`` (``corrupts``) runs before MLM masking,
 so masking chooses among the corrupted tokens and predicts them; the other
 tasks only read the batch. A batch gets at most one corrupting task (their
-labels are positions of the sequence each one builds).
+labels are positions of the sequence each one builds), and none that
+leaves tokens without the builder's facts about them (``new_tokens``)
+next to a task that labels those facts (``token_facts``).
 """
 
 import importlib

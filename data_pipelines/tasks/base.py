@@ -40,6 +40,16 @@ class HostTask:
     fields: ``(params, max_seq_length) -> {name: (shape after the batch
       axis, dtype)}``: what the task adds to a batch.
     corrupts: whether ``apply`` rewrites the input.
+    new_tokens: a corrupting task that leaves tokens where the builder's
+      facts about them are not theirs (inserted, replaced or shuffled
+      tokens: ``capitalized`` and ``token_document_labels`` there are the
+      position's original token's, or made up).
+    token_facts: its labels are those builder's facts, true only of the
+      tokens the corpus has at each position: it shares no stream with a
+      ``new_tokens`` task.
+    across_documents: its labels relate the row's content across its
+      [SEP]s (the order of sentences or documents), which the encoder must
+      see whole: it needs ``model.attend_across_documents=True``.
     defaults: ``() -> dict`` of its knobs beyond ``weight``.
     check: ``(params, data_cfg, errors)`` appends what is wrong, each
       message naming the field and what to use.
@@ -60,6 +70,9 @@ class HostTask:
   fields: Callable[[dict, int], dict]
   apply: Callable[[dict, dict, int], dict] | None = None
   corrupts: bool = False
+  new_tokens: bool = False
+  token_facts: bool = False
+  across_documents: bool = False
   defaults: Callable[[], dict] = _no_knobs
   check: Callable[[dict, Any, list], None] = _no_checks
   layout: str = ''

@@ -110,6 +110,7 @@ def _check(params: dict, data_cfg, errors: list[str]) -> None:
 CAPITALIZATION = register(token_task(
     'capitalization', capitalization_fields,
     corrupts=False,
+    token_facts=True,
     check=_check,
     check_data=check_has_case,
     description='ERNIE 2.0 capitalization: is the word capitalized (the '

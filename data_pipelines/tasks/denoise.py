@@ -32,13 +32,20 @@ position for a position's first draw and ``-1 - position`` for its second
 (a sentence's draw uses its original index; a row's draw no counter), so a
 row's corruption does not depend on the batch it sits in.
 
-Moving tokens moves every per-token field with them (``input_ids``,
-``token_type_ids``, ``attention_mask``, ``word_starts``, ``unit_labels``,
-``sentence_ids``, ``capitalized``, those present). ``sentence_ids`` is then
-renumbered 0, 1, 2... in order of appearance, so it keeps its meaning (as
-in the instance builder, a sentence starts where the original sentence
-differs from the position before's, so one after a [SEP] is always new);
-the original indices are in the labels.
+Deletion, insertion, sentence permutation and document rotation move
+every per-token field with the tokens (``input_ids``, ``token_type_ids``,
+``attention_mask``, ``word_starts``, ``unit_labels``, ``sentence_ids``,
+``capitalized``, ``token_document_labels``, those present).
+``sentence_ids`` is then renumbered 0, 1, 2... in order of appearance, so
+it keeps its meaning (as in the instance builder, a sentence starts where
+the original sentence differs from the position before's, so one after a
+[SEP] is always new); the original indices are in the labels. Replacement
+and shuffle change ``input_ids`` only: each position keeps its segment,
+sentence and word structure. The facts the builder recorded of a token
+(``capitalized``, ``token_document_labels``) are then not those of a
+replaced or shuffled token, nor known for an inserted one, so those three
+tasks share no stream with capitalization or token_document
+(``HostTask.new_tokens``; the config checks refuse it).
 
 Design choices:
 
@@ -85,11 +92,12 @@ TOKEN_FIELD_PADDING = {
     'unit_labels': 0,
     'sentence_ids': -1,
     'capitalized': False,
-    # Built by the instance builder for token_document (an inserted
-    # token's is 0: it occurs nowhere in the document).
+    # Built by the instance builder for token_document.
     'token_document_labels': 0,
 }
-# The fields of a token inserted before a token (others copy that token's).
+# The fields of a token inserted before a token (others copy that token's;
+# its capitalization and document relation are unknown, so no task that
+# reads them shares its stream).
 _INSERTED_TOKEN_VALUES = {'attention_mask': 1, 'word_starts': True,
                           'token_document_labels': 0,
                           'unit_labels': 0, 'capitalized': False}
@@ -497,19 +505,20 @@ def rotate_documents(batch: dict, params: dict, seed: int) -> dict:
 # ---------------------------------------------------------------------------
 # The declarations.
 
-# The four token-level detections: (name, corruption, what the head says).
+# The four token-level detections: (name, corruption, whether it leaves
+# tokens without their facts, what the head says).
 _RATE_TASKS = (
-    ('token_deletion', delete_tokens,
+    ('token_deletion', delete_tokens, False,
      'BART token deletion: which tokens follow a deleted one.'),
-    ('token_insertion', insert_tokens,
+    ('token_insertion', insert_tokens, True,
      'Random tokens inserted: which tokens were inserted.'),
-    ('token_replacement', replace_tokens,
+    ('token_replacement', replace_tokens, True,
      'Uniform random replacement: which tokens were replaced.'),
-    ('token_shuffle', shuffle_tokens,
+    ('token_shuffle', shuffle_tokens, True,
      'Chosen tokens permuted: which tokens are out of place.'),
 )
-for _name, _apply, _description in _RATE_TASKS:
-  register(token_task(_name, _apply, corrupts=True,
+for _name, _apply, _new_tokens, _description in _RATE_TASKS:
+  register(token_task(_name, _apply, corrupts=True, new_tokens=_new_tokens,
                       defaults=lambda: {'rate': 0.15},
                       check=_rate_task_check(_name, 0.15),
                       description=_description))
@@ -518,6 +527,7 @@ SENTENCE_PERMUTATION = register(token_task(
     'sentence_permutation', permute_sentences,
     num_classes=lambda params, max_seq_length: params['max_sentences'],
     corrupts=True,
+    across_documents=True,
     defaults=lambda: {'rate': 1.0, 'max_sentences': 16},
     check=_check_permutation,
     description='BART sentence permutation: each sentence\'s original index.'))
@@ -532,6 +542,7 @@ DOCUMENT_ROTATION = register(HostTask(
         'document_rotation_label': ((), np.int32)},
     apply=rotate_documents,
     corrupts=True,
+    across_documents=True,
     defaults=lambda: {'rate': 1.0},
     check=_rate_task_check('document_rotation', 1.0),
     layout='full_sentences',

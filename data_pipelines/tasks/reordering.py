@@ -159,6 +159,7 @@ SENTENCE_REORDERING = register(HostTask(
         'sentence_reordering_label': ((), np.int32)},
     apply=reorder_pieces,
     corrupts=True,
+    across_documents=True,
     defaults=lambda: {'m': 3},
     check=_check,
     layout='full_sentences',

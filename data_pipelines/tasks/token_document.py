@@ -51,6 +51,7 @@ def token_document_fields(batch: dict, params: dict, seed: int) -> dict:
 TOKEN_DOCUMENT = register(token_task(
     'token_document', token_document_fields,
     corrupts=False,
+    token_facts=True,
     instance_flags=('token_document',),
     description='ERNIE 2.0 token-document relation: does the token occur '
                 'elsewhere in its document?'))

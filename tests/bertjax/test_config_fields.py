@@ -120,7 +120,9 @@ INVALID = {
     'model.remat': ['some'],
     'model.scan_layers': [_With(True, _ELECTRA),
                           _With(True, {'model.num_layer_groups': 1})],
-    'model.attend_across_documents': [False],   # Pairs need to attend.
+    # Pairs need to attend; so does a task that labels the row's order.
+    'model.attend_across_documents': [
+        False, _With(False, _on('sentence_reordering', 'full_sentences'))],
     'model.attention': ['flash'],
     # The demo's 2 layers of 2 heads.
     'model.pruned_heads': [((0,),), ((0, 1), ()), ((2,), ()), ((-1,), ()),
@@ -220,7 +222,8 @@ INVALID = {
     'data.gazetteer_path': ['/no/such/gazetteer'],
     'data.eval_fraction': [0.0, 1.0],
     'data.split_seed': [-1, 2**63],
-    'data.layout': ['packed'],
+    # The last two: their pair labels are tasks' classes, not NSP's.
+    'data.layout': ['packed', 'discourse', 'sentence_distance'],
     'data.max_seq_length': [4, 256],
     'data.short_seq_prob': [-0.1, 1.5],
     'data.dupe_factor': [0],
@@ -260,7 +263,8 @@ INVALID = {
     'sharding.rules': [(('embed', 'model'),), (('embed',),),
                        (('embed', ('fsdp', 1)),)],
     'eval.num_batches': [0],
-    'tasks.token_deletion.weight': [-1.0],
+    # 1.0: a continual run whose streams do not build it.
+    'tasks.token_deletion.weight': [-1.0, _With(1.0, _CONTINUAL)],
     'tasks.token_deletion.rate': [_With(0.0, _on('token_deletion')),
                                   _With(1.5, _on('token_deletion'))],
     'tasks.token_insertion.weight': [-1.0],
@@ -269,7 +273,8 @@ INVALID = {
     'tasks.token_replacement.weight': [-1.0],
     'tasks.token_replacement.rate': [_With(0.0, _on('token_replacement')),
                                      _With(1.5, _on('token_replacement'))],
-    'tasks.token_shuffle.weight': [-1.0],
+    # 1.0: shuffled tokens would carry other tokens' document labels.
+    'tasks.token_shuffle.weight': [-1.0, _With(1.0, _on('token_document'))],
     'tasks.token_shuffle.rate': [_With(0.0, _on('token_shuffle')),
                                  _With(1.5, _on('token_shuffle'))],
     'tasks.sentence_permutation.weight': [-1.0],
