@@ -55,6 +55,7 @@ from bertjax.runtime import preemption
 from bertjax import sharding
 from bertjax import storage
 from bertjax import train_flags
+from data_pipelines import continual as continual_lib
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import masking as masking_lib
 from data_pipelines import mixture as mixture_lib
@@ -201,6 +202,12 @@ def run_identity(cfg) -> dict:
   # resuming).
   names.extend(objectives.get(cfg.objective.name).run_identity)
   identity = {name: config_section(cfg, name) for name in names}
+  if continual_lib.is_continual(cfg):
+    # The embedding row each stream trains: a renamed or re-staged stream
+    # would move onto another's row.
+    identity['continual.task_ids'] = {
+        name: task_id
+        for task_id, name in enumerate(continual_lib.stream_order(cfg))}
   # Rematerialization changes memory, not results, and the attention kernel
   # only the rounding: a run may resume with another setting (and predates
   # the field).
@@ -212,7 +219,8 @@ def run_identity(cfg) -> dict:
 def identity_changes(saved: dict, mine: dict, defaults: dict
                      ) -> dict[str, tuple[Any, Any]]:
   """``{name: (saved value, value now)}`` for each setting in which a run's
-  saved identity differs from ``mine``, over both sets of names.
+  saved identity (as read from its JSON) differs from ``mine``, over both
+  sets of names.
 
   A field added to a section since the run was written counts at its value
   in ``defaults`` (the base config's identity): a new field's default keeps

@@ -66,15 +66,24 @@ def is_continual(cfg) -> bool:
   return bool(cfg.continual.stage_steps)
 
 
+def stream_order(cfg) -> list[str]:
+  """The continual streams' names in task-id order: by the stage that
+  introduces them, then by name. Task 0 is a first stage's stream, trained
+  longest, whose embedding row fine-tuning reads (bertjax's, as
+  transformers' ErnieModel given no task ids, reads row 0)."""
+  c = cfg.continual.streams
+  return sorted(c, key=lambda name: (int(c[name].first_stage), name))
+
+
 def streams(cfg) -> list[StreamSpec]:
-  """The run's streams; a task id each (their sorted order) when
+  """The run's streams; a task id each (``stream_order``) when
   continual."""
   if not is_continual(cfg):
     names = sorted(n for n in cfg.tasks if cfg.tasks[n].weight > 0)
     return [StreamSpec('main', cfg.data.layout, tuple(names),
                        cfg.objective.mlm_weight > 0)]
   out = []
-  for task_id, name in enumerate(sorted(cfg.continual.streams)):
+  for task_id, name in enumerate(stream_order(cfg)):
     s = cfg.continual.streams[name]
     out.append(StreamSpec(name, s.layout or cfg.data.layout,
                           tuple(sorted(s.tasks)), bool(s.mlm), task_id,

@@ -859,16 +859,21 @@ class InstanceDataset(BatchAccessDataset):
   ``example_index`` (its position in the data epoch's plan) and
   ``mask_epoch``, the counters that masking uses. ``get_batch`` builds many
   elements at once, vectorized; ``InstanceBatches`` batches with it.
+
+  ``order_key``: counters added to the seed of the epochs' permutations,
+  so that datasets of one corpus read it in different orders (a continual
+  run's streams); () for a run's only stream.
   """
 
   _TRANSIENT = {'_lock': threading.Lock}
 
   def __init__(self, builder: InstanceBuilder, seed: int, dupe_factor: int,
                dynamic: bool, num_epochs: int | None = None,
-               shuffle: bool = True):
+               shuffle: bool = True, order_key: tuple[int, ...] = ()):
     super().__init__()
     self._builder = builder
     self._seed = seed
+    self._order_key = tuple(int(k) for k in order_key)
     self._dupe_factor = dupe_factor
     self._dynamic = dynamic
     self._num_epochs = num_epochs
@@ -913,7 +918,8 @@ class InstanceDataset(BatchAccessDataset):
   def _order(self, epoch: int, size: int) -> np.ndarray:
     with self._lock:
       if epoch not in self._orders:
-        rng = np.random.default_rng([self._seed, Stream.SHUFFLE, epoch])
+        rng = np.random.default_rng(
+            [self._seed, Stream.SHUFFLE, epoch, *self._order_key])
         self._orders = {epoch: rng.permutation(size) if self._shuffle
                         else np.arange(size)}
       return self._orders[epoch]

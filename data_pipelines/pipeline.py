@@ -29,6 +29,7 @@ from data_pipelines import masking as masking_lib
 from data_pipelines import mixture as mixture_lib
 from data_pipelines import pretokenize
 from data_pipelines import tasks as tasks_lib
+from data_pipelines.counter_rng import Stream
 
 # What the model sees; the rest stays on the host.
 MODEL_FEATURES = ('input_ids', 'token_type_ids', 'attention_mask',
@@ -142,9 +143,12 @@ def _instances(prepared: pretokenize.PreparedData, cfg, split: str,
   index = prepared.train_index if split == 'train' else prepared.eval_index
   config = instance_config(cfg, spec.layout, spec.tasks, prepared.tokenizer)
   builder = instances_lib.InstanceBuilder(source, index, config, cfg.seed)
+  # A continual run's streams read the corpus in orders of their own: two
+  # of one layout would otherwise build the same instances step for step.
+  order_key = () if spec.task_id < 0 else (Stream.CONTINUAL, spec.task_id)
   return instances_lib.InstanceDataset(
       builder, seed=cfg.seed, dupe_factor=cfg.data.dupe_factor,
-      dynamic=cfg.masking.dynamic, **kwargs)
+      dynamic=cfg.masking.dynamic, order_key=order_key, **kwargs)
 
 
 def split_instances(prepared: Prepared, cfg, split: str,

@@ -144,7 +144,8 @@ def continual_defaults() -> ml_collections.ConfigDict:
 
   ``stage_steps``: steps of each stage, summing to ``total_steps`` (empty:
   no schedule, one stream). ``streams``: named sections, each
-  ``stream_defaults()``; a stream's task id is its place in name order.
+  ``stream_defaults()``; a stream's task id is its place in the order of
+  ``first_stage``, then name (``continual.stream_order``).
   """
   c = ml_collections.ConfigDict()
   c.stage_steps = ()
@@ -227,6 +228,12 @@ def _check_one_stream(cfg, name: str, num_stages: int,
   if layout not in instances_lib.LAYOUTS:
     errors.append(f'{where}.layout={layout!r}; use one of '
                   f'{instances_lib.LAYOUTS}.')
+  if layout == 'full_sentences' and cfg.objective.nsp_weight:
+    errors.append(f'{where}.layout=\'full_sentences\' has no sentence '
+                  f'pairs, and NSP (objective.nsp_weight='
+                  f'{cfg.objective.nsp_weight}) reads every stream\'s '
+                  'batches: use objective.nsp_weight=0, or a pair layout '
+                  'for each stream.')
   check_stream(list(s.tasks), layout, cfg.objective, f'{where}.layout',
                errors)
   return s.first_stage

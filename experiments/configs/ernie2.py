@@ -16,8 +16,10 @@ order the paper's three groups are introduced:
   stage 2  discourse  semantic-aware: discourse relation (the marker that
                       joined two sentences, removed and predicted)
 
-Each stream has its own task id (its place in name order: discourse 0,
-distance 1, reorder 2, word 3) and an equal share of each stage it is in.
+Each stream has its own task id (in order of first stage, then name: word
+0, distance 1, reorder 2, discourse 3; fine-tuning reads row 0, the
+word-aware stream's, trained in every stage) and an equal share of each
+stage it is in.
 IR relevance (query-title relevance from search logs) is left out: it
 needs a search engine's logs, and no corpus here has queries.
 

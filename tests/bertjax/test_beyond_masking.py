@@ -21,15 +21,15 @@ _TASKS = ('capitalization', 'token_document', 'sentence_reordering',
 
 
 def _ernie2(data_dir, **fields):
-  """ernie2.py:size=demo at the tiny size: 4 steps in stages of 2, 1, 1
-  (every stream joins by step 3), evaluated where a run stopped at step 2
-  is (its last step)."""
+  """ernie2.py:size=demo at the tiny size: 9 steps in stages of 2, 3, 4
+  (a step of each stream in each of its stages), evaluated where a run
+  stopped mid-stage at step 4 is (its last step)."""
   cfg = preset_helpers.load_preset('ernie2', 'size=demo')
   return preset_helpers.set_fields(cfg, {
       **preset_helpers.TINY, 'data.data_dir': str(data_dir),
-      'total_steps': 4, 'num_train_steps': 0, 'log_every_steps': 1,
-      'eval_every_steps': 2, 'checkpoint_every_steps': 2,
-      'continual.stage_steps': (2, 1, 1), **fields})
+      'total_steps': 9, 'num_train_steps': 0, 'log_every_steps': 1,
+      'eval_every_steps': 4, 'checkpoint_every_steps': 2,
+      'continual.stage_steps': (2, 3, 4), **fields})
 
 
 def _params(workdir) -> dict:
@@ -56,13 +56,15 @@ def test_every_stream_trains_and_is_evaluated(ernie2_run):
   # Stage 0 is the word stream alone: its tasks' metrics, nobody else's.
   assert 'capitalization_loss' in records[0]
   assert 'discourse_relation_loss' not in records[0]
+  for task in _TASKS:   # Each stream trains.
+    assert any(f'{task}_loss' in r for r in records), task
 
 
 @pytest.mark.e2e
 def test_a_run_stopped_mid_schedule_resumes_to_the_same_bytes(ernie2_run):
   root, workdir, _ = ernie2_run
   stopped = root / 'stopped'
-  train.train_and_evaluate(_ernie2(root / 'data', num_train_steps=2),
+  train.train_and_evaluate(_ernie2(root / 'data', num_train_steps=4),
                            str(stopped))
   train.train_and_evaluate(_ernie2(root / 'data'), str(stopped))
   with open(workdir / 'metrics.jsonl') as a, open(stopped /
@@ -95,3 +97,15 @@ def test_export_loads_in_ernie_model_with_the_task_embedding(ernie2_run,
     hidden = model(input_ids=torch.tensor([[2, 50, 60, 3]]),
                    task_type_ids=torch.tensor([[3, 3, 3, 3]]))
   assert np.all(np.isfinite(hidden.last_hidden_state.numpy()))
+
+
+def test_task_ids_follow_the_stages_and_bind_a_resumed_run():
+  cfg = preset_helpers.load_preset('ernie2', 'size=demo')
+  ids = train.run_identity(cfg)['continual.task_ids']
+  # Row 0, which fine-tuning reads, is the first stage's stream.
+  assert ids == {'word': 0, 'distance': 1, 'reorder': 2, 'discourse': 3}
+  moved = preset_helpers.load_preset('ernie2', 'size=demo')
+  moved.continual.streams.discourse.first_stage = 0
+  saved = json.loads(json.dumps(train.run_identity(cfg)))   # As written.
+  changes = train.identity_changes(saved, train.run_identity(moved), {})
+  assert list(changes) == ['continual.task_ids']

@@ -79,6 +79,7 @@ _STREAMS = {'mlm': _stream(),
             'reorder': _stream(tasks=('sentence_reordering',), mlm=False,
                                layout='full_sentences', first_stage=1)}
 _CONTINUAL = {'tasks.sentence_reordering.weight': 1.0,
+              'data.layout': 'full_sentences', 'objective.nsp_weight': 0.0,
               'continual.stage_steps': (600, 600),
               'continual.streams': _STREAMS,
               'model.task_type_vocab_size': 2}
@@ -140,9 +141,11 @@ INVALID = {
                                                     'int8'})],
     'objective.name': ['t5'],
     'objective.mlm_weight': [-1.0, _With(0.0, {'objective.nsp_weight': 0.0})],
+    # 1.0 with pairs in no stream, then in one of two.
     'objective.nsp_weight': [-1.0, _With(1.0, {'data.layout':
                                               'full_sentences',
-                                              'objective.nsp_weight': 0.0})],
+                                              'objective.nsp_weight': 0.0}),
+                             _With(1.0, {**_CONTINUAL, 'data.layout': 'nsp'})],
     'objective.sbo_weight': [-1.0],
     'objective.sbo_count_offset': [-1.0],
     'electra.generator_hidden_fraction': [

@@ -416,6 +416,21 @@ def test_dataset_element_fields(small_corpus):
   assert not x['unit_labels'].any()
 
 
+def test_an_order_key_reorders_the_same_instances(small_corpus):
+  # A continual run's streams of one layout: the same instances, each
+  # epoch in an order of the stream's own; () is the plain dataset's.
+  plain = _dataset(small_corpus, layout='full_sentences')
+  same = [_key(x) for x in _epoch(_dataset(
+      small_corpus, layout='full_sentences', order_key=()), 0)]
+  assert same == [_key(x) for x in _epoch(plain, 0)]
+  a = [_key(x) for x in _epoch(_dataset(
+      small_corpus, layout='full_sentences', order_key=(24, 1)), 0)]
+  b = [_key(x) for x in _epoch(_dataset(
+      small_corpus, layout='full_sentences', order_key=(24, 2)), 0)]
+  assert sorted(a) == sorted(b) == sorted(same)
+  assert len({tuple(a), tuple(b), tuple(same)}) == 3
+
+
 def test_epochs_are_shuffled_permutations(small_corpus):
   ds = _dataset(small_corpus, layout='full_sentences')
   plan = ds._builder.plan(0)  # pylint: disable=protected-access
