@@ -90,6 +90,8 @@ from data_pipelines import tasks as tasks_lib  # pylint: disable=g-import-not-at
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
 SCRATCH = 'scratch'
 ROWS = 'rows.jsonl'
+# In each run's workdir: the key of the row it computes (_claim).
+CLAIM = 'compare_key.txt'
 # Held-out pretraining metrics in the table; (column, metric, objectives it
 # means the same thing for). None: every objective.
 COLUMNS = (
@@ -587,6 +589,7 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
       return found
     print(f'== {arm.name} seed {seed} {budget}: {cfg.total_steps} steps in '
           f'{workdir}', flush=True)
+    _claim(workdir, key)
     start = time.time()
     train.train_and_evaluate(cfg, workdir)
     wall = time.time() - start
@@ -598,13 +601,34 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
   return rows.add(row)
 
 
-def _ensure_trained(arm: Arm, cfg, workdir: str) -> None:
+def _ensure_trained(arm: Arm, cfg, workdir: str, key: str) -> None:
   """The arm's encoder in ``workdir`` for fine-tuning: a row found without
   its workdir (another machine) trains again; the run is deterministic,
   so it is the same encoder."""
   if arm.workdir:
     return
+  _claim(workdir, key)
   train.train_unless_finished(cfg, workdir)
+
+
+def _claim(workdir: str, key: str) -> None:
+  """Marks ``workdir`` as the run of row ``key``, or fails if it is
+  another's: a workdir's path names the arm, budget and seed but not the
+  settings, and a run of other settings there would otherwise be resumed
+  (or, finished, reported) as this one. A workdir from before the mark
+  is taken as it is."""
+  path = os.path.join(workdir, CLAIM)
+  if storage.isfile(path):
+    theirs = storage.read_text(path).strip()
+    if theirs != key:
+      raise CompareError(
+          f'{workdir} holds the run of other settings (row key {theirs}; '
+          f'this plan\'s is {key}): the arm\'s config, a --set or the '
+          'fine-tuning settings changed since it ran. Use a new --out, or '
+          'move that directory away to run it again.')
+    return
+  storage.makedirs(workdir)
+  storage.write_text(path, key + '\n')
 
 
 def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
@@ -617,6 +641,7 @@ def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
         + ': fine-tuning at lr '
         f'{row["lr"]:g} ({ft_cfg.init_weights} weights) in {workdir}',
         flush=True)
+  _claim(workdir, key)
   start = time.time()
   cfg = ft_cfg.copy_and_resolve_references()
   cfg.init = init
@@ -650,7 +675,7 @@ def run_plan(plan: Plan, out: str, rows: Rows) -> None:
             _finetune_key(ft, lr, pre['key'])) is None]
         arch = pre['architecture']
         if todo:
-          _ensure_trained(arm, cfg, workdir)
+          _ensure_trained(arm, cfg, workdir, pre['key'])
         for lr in todo:
           _finetune(_with_lr(ft, lr, 'pretrained'), workdir,
                     os.path.join(out, 'finetune', arm.directory, budget,
@@ -663,11 +688,11 @@ def run_plan(plan: Plan, out: str, rows: Rows) -> None:
         if (arch, seed) in scratch_done:
           continue
         scratch_done.add((arch, seed))
-        _control(plan, ft, arm, cfg, workdir, arch, out, rows)
+        _control(plan, ft, arm, cfg, workdir, pre['key'], arch, out, rows)
 
 
-def _control(plan: Plan, ft, arm: Arm, cfg, workdir: str, arch: str,
-             out: str, rows: Rows) -> None:
+def _control(plan: Plan, ft, arm: Arm, cfg, workdir: str,
+             pretrain_key: str, arch: str, out: str, rows: Rows) -> None:
   """The control's fine-tunes of one architecture at one seed (``ft.seed``):
   each rate, each repeat; the encoder in ``workdir`` gives the shapes."""
   seed = ft.seed
@@ -676,11 +701,10 @@ def _control(plan: Plan, ft, arm: Arm, cfg, workdir: str, arch: str,
     rep_ft.seed = control_seed(seed, repeat)
     where = f'seed{seed}' + (f'-repeat{repeat}' if repeat else '')
     for lr in plan.lrs:
-      key = _row_key('scratch', arch, settings_key(
-          _with_lr(rep_ft, lr, 'random')))
+      key = _control_key(rep_ft, lr, arch)
       if rows.find(key) is not None:
         continue
-      _ensure_trained(arm, cfg, workdir)
+      _ensure_trained(arm, cfg, workdir, pretrain_key)
       _finetune(_with_lr(rep_ft, lr, 'random'), workdir,
                 os.path.join(out, 'finetune', f'{SCRATCH}-{arch}', where,
                              f'lr{lr:g}'),
@@ -700,6 +724,44 @@ def _with_lr(ft_cfg, lr: float, init_weights: str):
 def _finetune_key(ft_cfg, lr: float, pretrain_key: str) -> str:
   return _row_key('finetune', pretrain_key,
                   settings_key(_with_lr(ft_cfg, lr, 'pretrained')))
+
+
+def _control_key(rep_ft, lr: float, arch: str) -> str:
+  return _row_key('scratch', arch,
+                  settings_key(_with_lr(rep_ft, lr, 'random')))
+
+
+def plan_rows(plan: Plan, rows: list[dict]) -> list[dict]:
+  """The rows this plan computes, by their keys: a row of other settings
+  (an earlier grid, another --set, a changed preset) is left out of the
+  report. A control's keys need its architecture, from the pretraining
+  rows."""
+  by_key = {r['key']: r for r in rows}
+  keys = set()
+  for seed in plan.seeds:
+    ft = None
+    if plan.finetune is not None:
+      ft = plan.finetune.copy_and_resolve_references()
+      ft.seed = seed
+    for kind, amount in plan.budgets:
+      for arm in plan.arms:
+        if arm.workdir:
+          key = _row_key('pretrain', arm.name, arm.workdir,
+                         settings_key(read_run(arm.workdir)['cfg']))
+        else:
+          key = _row_key('pretrain', arm.name, settings_key(arm_config(
+              arm, plan.overrides, seed, kind, amount)))
+        keys.add(key)
+        if ft is None:
+          continue
+        keys.update(_finetune_key(ft, lr, key) for lr in plan.lrs)
+        if key in by_key:
+          for repeat in range(plan.control_repeats):
+            rep_ft = ft.copy_and_resolve_references()
+            rep_ft.seed = control_seed(seed, repeat)
+            keys.update(_control_key(rep_ft, lr, by_key[key]['architecture'])
+                        for lr in plan.lrs)
+  return [r for r in rows if r['key'] in keys]
 
 
 # ---------------------------------------------------------------------------
@@ -734,14 +796,17 @@ def _mean_pm(values) -> str:
 
 
 def _iv(iv: intervals.Interval, signed: bool = False) -> str:
-  """``mean [low, high]``, bold where a difference excludes 0; the mean
-  alone where there is no interval (one seed, no per-example scores)."""
+  """``mean [low, high]``, bold where a difference excludes 0 over two or
+  more seeds (over one seed's examples it says nothing of the seed spread,
+  so it is no claim); the mean alone where there is no interval (one
+  seed, no per-example scores)."""
   sign = '+' if signed else ''
   if math.isnan(iv.low):
     return f'{iv.estimate:{sign}.4f}'
   text = (f'{iv.estimate:{sign}.4f} [{iv.low:{sign}.4f}, '
           f'{iv.high:{sign}.4f}]')
-  return f'**{text}**' if signed and iv.excludes_zero else text
+  claim = signed and iv.excludes_zero and iv.seeds >= 2
+  return f'**{text}**' if claim else text
 
 
 @dataclasses.dataclass
@@ -885,8 +950,9 @@ def report(plan: Plan, rows: list[dict], command: str,
       + '. Intervals are 95%: '
       'pretraining metrics over seeds (Student t); downstream over seeds '
       'and held-out examples (bertjax/intervals.py). A difference is '
-      'marked in bold where its interval excludes 0; one whose interval '
-      'holds 0 is no difference.', '',
+      'marked in bold where its interval excludes 0 over two or more seeds '
+      '(over one seed\'s examples it says nothing of the seed-to-seed '
+      'spread); one whose interval holds 0 is no difference.', '',
       f'Wall time: {total / 60:.1f} min for every run in the rows '
       f'(pretraining and fine-tuning); this invocation {wall_seconds / 60:.1f}'
       ' min.', '', '## Pretraining (held-out)', '']
@@ -1006,7 +1072,10 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
     for ref in (control, baseline):
       iv = (headline_interval(chosen, ref.chosen())
             if ref is not None and ref is not group else None)
-      cells.append(_iv(iv, signed=True) if iv else '-')
+      # A difference rests on the seeds both sides have.
+      cells.append('-' if iv is None else _iv(iv, signed=True) + (
+          f' ({iv.seeds} seed{"s" if iv.seeds > 1 else ""})'
+          if iv.seeds != len(chosen) else ''))
     cells += [_mean_pm([r['metrics'][m] for r in chosen.values()])
               for m in other]
     return cells
@@ -1033,10 +1102,12 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
             '| --- | --- | --- | --- | --- | --- |']
   for group in sorted(groups, key=lambda g: (g.arm != SCRATCH, g.arm,
                                              _budget_order(g.budget or '0'))):
+    name = (f'{SCRATCH} ({group.architecture})'
+            if group.arm == SCRATCH and len(scratch) > 1 else group.arm)
     for lr, by_seed in sorted(group.by_lr.items()):
       mark = ' (chosen)' if lr == group.chosen_lr else ''
       lines.append(
-          f'| {group.arm} | {group.budget or "-"} | {lr:g}{mark} | '
+          f'| {name} | {group.budget or "-"} | {lr:g}{mark} | '
           f'{len(by_seed)} | '
           f'{np.mean([_dev_score(r) for r in by_seed.values()]):.4f} | '
           f'{np.mean([r["metrics"][headline] for r in by_seed.values()]):.4f}'
@@ -1222,10 +1293,15 @@ def compare(runs: list[str], overrides: list[str], budget: str, out: str,
   if not report_only:
     run_plan(plan, out, rows)
   wall = time.time() - start
-  markdown = report(plan, rows.rows, command or 'python experiments/'
+  current = plan_rows(plan, rows.rows)
+  if len(current) < len(rows.rows):
+    print(f'compare: {len(rows.rows) - len(current)} of the '
+          f'{len(rows.rows)} rows in {rows.path} are not this plan\'s '
+          '(other settings); the report leaves them out', flush=True)
+  markdown = report(plan, current, command or 'python experiments/'
                     'compare.py ...', wall)
   storage.write_text(os.path.join(results, 'compare.md'), markdown)
-  plots(plan, rows.rows, results)
+  plots(plan, current, results)
   print(f'compare: this invocation {wall / 60:.1f} min; the comparison\'s '
         f'runs {sum(r.get("wall_seconds") or 0 for r in rows.rows) / 60:.1f}'
         ' min in all', flush=True)

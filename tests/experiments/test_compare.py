@@ -158,6 +158,15 @@ def test_paired_differences_use_the_seeds_both_arms_have():
   assert iv.estimate == pytest.approx(0.3) and iv.low == iv.high
 
 
+def test_only_a_difference_over_two_or_more_seeds_is_bold():
+  # One seed's interval covers its held-out examples, not the seed spread.
+  one = intervals.Interval(0.2, 0.1, 0.3, seeds=1, examples=50)
+  two = intervals.Interval(0.2, 0.1, 0.3, seeds=2, examples=50)
+  assert compare._iv(one, signed=True) == '+0.2000 [+0.1000, +0.3000]'
+  assert compare._iv(two, signed=True) == '**+0.2000 [+0.1000, +0.3000]**'
+  assert compare._iv(two) == '0.2000 [0.1000, 0.3000]'   # Not a difference.
+
+
 def test_control_repeats_are_averaged_per_example_once_all_are_in():
   rows = []
   for seed in (0, 1, 2):
@@ -222,8 +231,10 @@ def test_report_and_plots_from_rows(tmp_path):
   lines = markdown.split('\n')
   assert 'Seeds: 0, 1, 2 (N = 3' in markdown
   assert 'Wall time: 0.4 min for every run in the rows' in markdown
-  # A control per architecture; arm a at 4 steps beats its own clearly.
-  assert sum(l.startswith('| scratch (') for l in lines) == 2
+  # A control per architecture, in the table and in the rate grid (2 rates
+  # of x's, 1 of y's); arm a at 4 steps beats its own clearly.
+  assert sum(l.startswith('| scratch (') for l in lines) == 2 + 3
+  assert '| scratch (y) | - | 0.001 (chosen) | 3 |' in markdown
   (row,) = [l.split(' | ') for l in lines
             if l.startswith('| a | steps4 | 3 |')]
   assert row[3] == '0.001' and row[6].startswith('**+')   # Chosen on dev.
@@ -328,6 +339,11 @@ def test_seeded_comparison_with_control_and_resume(tmp_path):
   for row in (redone, dropped):
     row.pop('wall_seconds')
   assert redone == dropped
+  # Other settings in the same --out: the workdirs are another run's, so
+  # they are refused rather than resumed (or reported) as this one.
+  with pytest.raises(compare.CompareError, match='other settings'):
+    compare.compare(runs, TINY + data + ['optimizer.weight_decay=0.02'],
+                    'steps:3', out, **kwargs)
   # Another machine: no workdirs, only the rows. Nothing trains again and
   # the report is the same but for this invocation's wall time.
   shutil.rmtree(out)
@@ -336,9 +352,16 @@ def test_seeded_comparison_with_control_and_resume(tmp_path):
   same = lambda md: [l for l in md.split('\n') if 'this invocation' not in l]
   assert same(again) == same(markdown)
   shutil.rmtree(out)
+  # A row of another grid (the best dev score, were it read) is not this
+  # plan's: the report leaves it out.
+  stale = dict(ft[0], key='stale', lr=1e-9,
+               dev_metrics={'accuracy': 1.0, 'f1': 1.0})
+  with open(os.path.join(results, compare.ROWS), 'a') as f:
+    f.write(json.dumps(stale) + '\n')
   only = compare.compare(runs, TINY + data, 'steps:3', out, report_only=True,
                          **dict(kwargs, seeds=3))
   assert 'N = 3' in only and not os.path.exists(out)
+  assert '1e-09' not in only and '| 0.003 (chosen) |' in only
 
 
 def test_settings_key_follows_what_is_computed_not_where():
