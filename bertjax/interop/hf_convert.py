@@ -66,6 +66,7 @@ from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
 from bertjax.objectives import distillation
 from bertjax.objectives import electra as electra_objective
+from data_pipelines import continual as continual_lib
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -810,6 +811,13 @@ def _write_readme(directory: str, run, family: str, part, omitted) -> None:
               '[batch, seq] with ids 0 to '
               f'{run.config.model.task_type_vocab_size - 1}; without them '
               'every token takes task 0, as bertjax\'s fine-tuning does.']
+    if continual_lib.is_continual(run.config):
+      lines += ['', 'The pretraining streams\' task ids: ' + ', '.join(
+          f'{task_id} `{name}` ({", ".join(s.tasks) or "MLM"}'
+          f'{" + MLM" if s.tasks and s.mlm else ""})'
+          for task_id, (name, s) in enumerate(
+              (n, run.config.continual.streams[n])
+              for n in continual_lib.stream_order(run.config))) + '.']
   if family == 'roberta':
     lines += ['', 'Position ids start at pad_token_id + 1 = 1, as '
               "RoBERTa's do; row 0 of the position table is unused."]

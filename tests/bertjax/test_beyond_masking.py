@@ -90,6 +90,9 @@ def test_export_loads_in_ernie_model_with_the_task_embedding(ernie2_run,
       str(out), output_loading_info=True)
   assert not info['missing_keys']
   assert model.config.use_task_id and model.config.task_type_vocab_size == 4
+  card = (out / 'README.md').read_text()   # Which stream each row is.
+  assert ('0 `word` (capitalization, token_document + MLM), 1 `distance` '
+          '(sentence_distance)') in card
   table = _params(workdir)[('embeddings', 'task_type', 'embedding')]
   np.testing.assert_array_equal(
       model.embeddings.task_type_embeddings.weight.detach().numpy(), table)
