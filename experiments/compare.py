@@ -823,9 +823,11 @@ class Group:
     return self.by_lr[self.chosen_lr]
 
 
-def _dev_score(row: dict) -> float:
-  scores = row.get('dev_metrics') or row['metrics']
-  return scores[row['headline']]
+def _dev_score(row: dict) -> float | None:
+  """The row's dev headline; None for a row fine-tuned without a dev
+  split (one rate: nothing to choose)."""
+  dev = row.get('dev_metrics')
+  return None if dev is None else dev[row['headline']]
 
 
 def downstream_groups(rows: list[dict], control_repeats: int = 1
@@ -859,6 +861,16 @@ def downstream_groups(rows: list[dict], control_repeats: int = 1
       group.by_lr = {lr: s for lr, s in group.by_lr.items() if s}
     groups = {k: g for k, g in groups.items() if g.by_lr}
   for group in groups.values():
+    if len(group.by_lr) == 1:
+      (group.chosen_lr,) = group.by_lr
+      continue
+    if any(
+        _dev_score(r) is None for s in group.by_lr.values()
+        for r in s.values()):
+      raise CompareError(
+          f'{group.arm}: fine-tuning rows at {len(group.by_lr)} rates, some '
+          'without a dev split: the rate would be chosen on held-out '
+          'scores. Fine-tune a grid with --dev_fraction in (0, 1).')
     common = set.intersection(*(set(s) for s in group.by_lr.values()))
     group.chosen_lr = max(
         sorted(group.by_lr),
@@ -1106,10 +1118,11 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
             if group.arm == SCRATCH and len(scratch) > 1 else group.arm)
     for lr, by_seed in sorted(group.by_lr.items()):
       mark = ' (chosen)' if lr == group.chosen_lr else ''
+      dev = [_dev_score(r) for r in by_seed.values()]
+      dev_mean = '-' if None in dev else f'{np.mean(dev):.4f}'
       lines.append(
           f'| {name} | {group.budget or "-"} | {lr:g}{mark} | '
-          f'{len(by_seed)} | '
-          f'{np.mean([_dev_score(r) for r in by_seed.values()]):.4f} | '
+          f'{len(by_seed)} | {dev_mean} | '
           f'{np.mean([r["metrics"][headline] for r in by_seed.values()]):.4f}'
           ' |')
   return lines

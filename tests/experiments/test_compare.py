@@ -141,6 +141,13 @@ def test_each_arm_chooses_its_rate_on_dev_never_on_held_out():
   rows.append(_ft_row('a', 3, 2.0, 0.99, [True] * 10))  # Only one rate.
   (group,) = compare.downstream_groups(rows)
   assert group.chosen_lr == 1.0 and sorted(group.by_lr[2.0]) == [0, 1, 2, 3]
+  # Rows without a dev split: one rate stands; a grid cannot be chosen.
+  for row in rows:
+    del row['dev_metrics']
+  (group,) = compare.downstream_groups(rows[1::2])
+  assert group.chosen_lr == 2.0
+  with pytest.raises(compare.CompareError, match='held-out'):
+    compare.downstream_groups(rows)
 
 
 def test_paired_differences_use_the_seeds_both_arms_have():
