@@ -578,13 +578,11 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
               seed: int) -> dict:
   """The arm's pretraining at one budget and seed: its row, training
   (or resuming) only if the row is not there yet."""
+  key = _pretrain_key(arm, cfg)
   if arm.workdir:
     run = read_run(arm.workdir)
-    key = _row_key('pretrain', arm.name, arm.workdir,
-                   settings_key(run['cfg']))
     wall = None
   else:
-    key = _row_key('pretrain', arm.name, settings_key(cfg))
     if (found := rows.find(key)) is not None:
       return found
     print(f'== {arm.name} seed {seed} {budget}: {cfg.total_steps} steps in '
@@ -599,6 +597,15 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
   row = pretrain_row(arm, budget, seed, key, run, wall)
   row['architecture'] = architecture_key(workdir)
   return rows.add(row)
+
+
+def _pretrain_key(arm: Arm, cfg) -> str:
+  """The row key of the arm's pretraining under ``cfg`` (a finished
+  workdir's: its saved config's)."""
+  if arm.workdir:
+    return _row_key('pretrain', arm.name, arm.workdir,
+                    settings_key(read_run(arm.workdir)['cfg']))
+  return _row_key('pretrain', arm.name, settings_key(cfg))
 
 
 def _ensure_trained(arm: Arm, cfg, workdir: str, key: str) -> None:
@@ -653,42 +660,57 @@ def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
   return rows.add(row)
 
 
-def run_plan(plan: Plan, out: str, rows: Rows) -> None:
-  """Trains and fine-tunes whatever has no row yet."""
-  scratch_done = set()
+def _walk(plan: Plan):
+  """Every pretraining of the plan, in order: (seed, the fine-tuning
+  config at that seed or None, budget kind, amount, arm, the arm's config
+  or None for a finished workdir)."""
   for seed in plan.seeds:
     ft = None
     if plan.finetune is not None:
       ft = plan.finetune.copy_and_resolve_references()
       ft.seed = seed
     for kind, amount in plan.budgets:
-      budget = budget_label(kind, amount)
       for arm in plan.arms:
         cfg = None if arm.workdir else arm_config(arm, plan.overrides, seed,
                                                   kind, amount)
-        workdir = arm.workdir or os.path.join(out, 'runs', arm.directory,
-                                              budget, f'seed{seed}')
-        pre = _pretrain(arm, cfg, workdir, rows, budget, seed)
-        if ft is None:
-          continue
-        todo = [lr for lr in plan.lrs if rows.find(
-            _finetune_key(ft, lr, pre['key'])) is None]
-        arch = pre['architecture']
-        if todo:
-          _ensure_trained(arm, cfg, workdir, pre['key'])
-        for lr in todo:
-          _finetune(_with_lr(ft, lr, 'pretrained'), workdir,
-                    os.path.join(out, 'finetune', arm.directory, budget,
-                                 f'seed{seed}', f'lr{lr:g}'),
-                    rows, _finetune_key(ft, lr, pre['key']),
-                    {'kind': 'finetune', 'arm': arm.name, 'budget': budget,
-                     'seed': seed, 'lr': lr, 'pretrain_key': pre['key'],
-                     'init_weights': 'pretrained',
-                     'architecture': arch})
-        if (arch, seed) in scratch_done:
-          continue
-        scratch_done.add((arch, seed))
-        _control(plan, ft, arm, cfg, workdir, pre['key'], arch, out, rows)
+        yield seed, ft, kind, amount, arm, cfg
+
+
+def _repeats(plan: Plan, ft):
+  """(repeat, its fine-tuning config) of the control at ``ft.seed``."""
+  for repeat in range(plan.control_repeats):
+    rep_ft = ft.copy_and_resolve_references()
+    rep_ft.seed = control_seed(ft.seed, repeat)
+    yield repeat, rep_ft
+
+
+def run_plan(plan: Plan, out: str, rows: Rows) -> None:
+  """Trains and fine-tunes whatever has no row yet."""
+  scratch_done = set()
+  for seed, ft, kind, amount, arm, cfg in _walk(plan):
+    budget = budget_label(kind, amount)
+    workdir = arm.workdir or os.path.join(out, 'runs', arm.directory,
+                                          budget, f'seed{seed}')
+    pre = _pretrain(arm, cfg, workdir, rows, budget, seed)
+    if ft is None:
+      continue
+    todo = [lr for lr in plan.lrs if rows.find(
+        _finetune_key(ft, lr, pre['key'])) is None]
+    arch = pre['architecture']
+    if todo:
+      _ensure_trained(arm, cfg, workdir, pre['key'])
+    for lr in todo:
+      _finetune(_with_lr(ft, lr, 'pretrained'), workdir,
+                os.path.join(out, 'finetune', arm.directory, budget,
+                             f'seed{seed}', f'lr{lr:g}'),
+                rows, _finetune_key(ft, lr, pre['key']),
+                {'kind': 'finetune', 'arm': arm.name, 'budget': budget,
+                 'seed': seed, 'lr': lr, 'pretrain_key': pre['key'],
+                 'init_weights': 'pretrained', 'architecture': arch})
+    if (arch, seed) in scratch_done:
+      continue
+    scratch_done.add((arch, seed))
+    _control(plan, ft, arm, cfg, workdir, pre['key'], arch, out, rows)
 
 
 def _control(plan: Plan, ft, arm: Arm, cfg, workdir: str,
@@ -696,9 +718,7 @@ def _control(plan: Plan, ft, arm: Arm, cfg, workdir: str,
   """The control's fine-tunes of one architecture at one seed (``ft.seed``):
   each rate, each repeat; the encoder in ``workdir`` gives the shapes."""
   seed = ft.seed
-  for repeat in range(plan.control_repeats):
-    rep_ft = ft.copy_and_resolve_references()
-    rep_ft.seed = control_seed(seed, repeat)
+  for repeat, rep_ft in _repeats(plan, ft):
     where = f'seed{seed}' + (f'-repeat{repeat}' if repeat else '')
     for lr in plan.lrs:
       key = _control_key(rep_ft, lr, arch)
@@ -738,29 +758,16 @@ def plan_rows(plan: Plan, rows: list[dict]) -> list[dict]:
   rows."""
   by_key = {r['key']: r for r in rows}
   keys = set()
-  for seed in plan.seeds:
-    ft = None
-    if plan.finetune is not None:
-      ft = plan.finetune.copy_and_resolve_references()
-      ft.seed = seed
-    for kind, amount in plan.budgets:
-      for arm in plan.arms:
-        if arm.workdir:
-          key = _row_key('pretrain', arm.name, arm.workdir,
-                         settings_key(read_run(arm.workdir)['cfg']))
-        else:
-          key = _row_key('pretrain', arm.name, settings_key(arm_config(
-              arm, plan.overrides, seed, kind, amount)))
-        keys.add(key)
-        if ft is None:
-          continue
-        keys.update(_finetune_key(ft, lr, key) for lr in plan.lrs)
-        if key in by_key:
-          for repeat in range(plan.control_repeats):
-            rep_ft = ft.copy_and_resolve_references()
-            rep_ft.seed = control_seed(seed, repeat)
-            keys.update(_control_key(rep_ft, lr, by_key[key]['architecture'])
-                        for lr in plan.lrs)
+  for _, ft, _, _, arm, cfg in _walk(plan):
+    key = _pretrain_key(arm, cfg)
+    keys.add(key)
+    if ft is None:
+      continue
+    keys.update(_finetune_key(ft, lr, key) for lr in plan.lrs)
+    if key in by_key:
+      arch = by_key[key]['architecture']
+      keys.update(_control_key(rep_ft, lr, arch) for _, rep_ft in
+                  _repeats(plan, ft) for lr in plan.lrs)
   return [r for r in rows if r['key'] in keys]
 
 
