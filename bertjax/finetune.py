@@ -80,7 +80,9 @@ _PER_EXAMPLE = ('classification', 'regression')
 # The config sections a resumed fine-tuning run must share.
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'task', 'mode',
              'pooling', 'adapter_size', 'adapter_layer_norms',
-             'max_seq_length', 'batch_size', 'model')
+             'max_seq_length', 'doc_stride', 'max_query_length',
+             'batch_size', 'num_epochs', 'optimizer', 'unfreeze_every_steps',
+             'model')
 # Batch features each kind trains on, besides the inputs.
 _INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
 _LABELS = {'classification': ('label',), 'regression': ('label',),

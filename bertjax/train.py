@@ -219,22 +219,24 @@ def run_identity(cfg) -> dict:
 def identity_changes(saved: dict, mine: dict, defaults: dict
                      ) -> dict[str, tuple[Any, Any]]:
   """``{name: (saved value, value now)}`` for each setting in which a run's
-  saved identity (as read from its JSON) differs from ``mine``, over both
-  sets of names.
+  saved identity (as read from its JSON) differs from ``mine``.
 
-  A field added to a section since the run was written counts at its value
-  in ``defaults`` (the base config's identity): a new field's default keeps
-  the behaviour of the code before it, so an older run resumes unless its
-  setting changed. Shared by every command that resumes a workdir.
+  Every name the run saved is compared (one ``mine`` lacks is a change: a
+  mixture run and a single-corpus run differ in their names). A field
+  added to a saved section since counts at its value in ``defaults`` (the
+  base config's identity): a new field's default keeps the behaviour of
+  the code before it, so an older run resumes unless its setting changed.
+  A name added to the identity since the run was written is not compared:
+  the run recorded nothing to compare it with. Shared by every command
+  that resumes a workdir.
   """
   mine, defaults = json.loads(json.dumps([mine, defaults]))
   theirs = {name: ({**defaults[name], **value}
                    if isinstance(value, dict)
                    and isinstance(defaults.get(name), dict) else value)
             for name, value in saved.items()}
-  return {name: (theirs.get(name), mine.get(name))
-          for name in sorted(set(mine) | set(theirs))
-          if theirs.get(name) != mine.get(name)}
+  return {name: (theirs[name], mine.get(name)) for name in sorted(theirs)
+          if theirs[name] != mine.get(name)}
 
 
 def check_resume_compatible(workdir: str, cfg) -> dict | None:

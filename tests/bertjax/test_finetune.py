@@ -396,6 +396,11 @@ def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks, full,
   assert all(a[k].tobytes() == b[k].tobytes() for k in a)
   with pytest.raises(finetune.FinetuneError, match='other settings'):
     _run(pretrained, tasks, tmp_path / 'a', 'frozen')
+  # Fewer epochs would restore the finished run and train nothing; a new
+  # rate would change its schedule midway.
+  for field, value in (('num_epochs', 0.5), ('optimizer.learning_rate', 3e-3)):
+    with pytest.raises(finetune.FinetuneError, match=field.split('.')[0]):
+      _run(pretrained, tasks, tmp_path / 'a', 'full', **{field: value})
 
 
 @pytest.mark.e2e
