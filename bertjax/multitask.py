@@ -460,16 +460,10 @@ def make_steps(cfg, model: MultitaskModel, total_steps: int) -> Steps:
 
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    # What the task does not read keeps its value and its moments: a
-    # Python bool per leaf, so the selection costs nothing at run time.
-    reads = model.reads(state.params, task)
-    updates = jax.tree.map(lambda u, r: u if r else jnp.zeros_like(u),
-                           updates, reads)
-    kept = optax.tree_utils.tree_map_params(
-        tx, lambda _, r: r, opt_state, reads,
-        transform_non_params=lambda _: True)
-    opt_state = jax.tree.map(lambda r, new, old: new if r else old, kept,
-                             opt_state, state.opt_state)
+    # What the task does not read keeps its value and its moments.
+    updates, opt_state = optim.keep_unread(
+        tx, model.reads(state.params, task), updates, opt_state,
+        state.opt_state)
     metrics = {'loss': loss, 'grad_norm': optax.global_norm(grads),
                'learning_rate': schedule(state.step)}
     return train_lib.TrainState(

@@ -302,3 +302,24 @@ def make_optimizer(cfg) -> tuple[optax.GradientTransformation,
     parts.append(optax.masked(scale_by_reference_trust_ratio(), decays))
   parts.append(optax.scale_by_learning_rate(schedule))
   return optax.chain(*parts), schedule
+
+
+def keep_unread(tx: optax.GradientTransformation, reads, updates,
+                opt_state, old_opt_state):
+  """(updates, optimizer state) with the leaves a step does not read left
+  as they were: no update (so no weight decay either) and their moments
+  unchanged, as PyTorch's optimizers skip a parameter with no gradient.
+
+  ``reads`` is a tree of Python bools shaped as the parameters (True:
+  the step's loss reads the leaf), so the selection costs nothing at run
+  time; ``opt_state`` is ``tx.update``'s new state, ``old_opt_state`` the
+  one it started from.
+  """
+  updates = jax.tree.map(lambda u, r: u if r else jnp.zeros_like(u),
+                         updates, reads)
+  kept = optax.tree_utils.tree_map_params(
+      tx, lambda _, r: r, opt_state, reads,
+      transform_non_params=lambda _: True)
+  opt_state = jax.tree.map(lambda r, new, old: new if r else old, kept,
+                           opt_state, old_opt_state)
+  return updates, opt_state

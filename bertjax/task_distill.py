@@ -46,6 +46,7 @@ import json
 import os
 from typing import Any
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -244,7 +245,8 @@ def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
   """``copies`` rewrites of each text: each single-piece word replaced, with
   probability ``replace_prob``, by one of the MLM's ``candidates`` most
   likely words at its position masked (data_augmentation.py's
-  ``augment``); other words, and words past the MLM's window, kept."""
+  ``augment``); other words, and words past the MLM's window, kept. A
+  rewrite that changed nothing is the text as given."""
   tok = mlm.tokenizer
   encoded = tok.encode(texts)
   window = mlm.length - 2   # The MLM sees the text's first pieces only.
@@ -272,15 +274,19 @@ def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
       for start, _ in word_spans(ids, tok.word_starts(ids)):
         if (t, start) in options and rng.random() < replace_prob:
           new[start] = rng.choice(options[(t, start)])
-      rewrites.append(tok.decode(new))
+      # A copy that changed no word is the text itself.
+      rewrites.append(texts[t] if np.array_equal(new, ids)
+                      else tok.decode(new))
     out.append(rewrites)
   return out
 
 
 def augment_examples(cfg, examples: list[dict], mlm: MaskedLM
                      ) -> list[dict]:
-  """The examples, each followed by its ``cfg.augment.copies`` rewrites
-  (both texts of a pair rewritten; labels kept)."""
+  """The examples, each followed by its distinct rewrites, at most
+  ``cfg.augment.copies`` (both texts of a pair rewritten; labels kept): a
+  rewrite equal to the example or to an earlier one is dropped, as
+  data_augmentation.py's ``augment`` keeps only new sentences."""
   a = cfg.augment
   rng = np.random.default_rng([cfg.seed, _AUGMENT_KEY])
   fields = ['text'] + (['text_pair'] if any(e.get('text_pair')
@@ -291,12 +297,16 @@ def augment_examples(cfg, examples: list[dict], mlm: MaskedLM
   out = []
   for i, example in enumerate(examples):
     out.append(example)
+    seen = {tuple(example.get(f) for f in fields)}
     for c in range(a.copies):
       new = dict(example)
       for f in fields:
         if example.get(f):
           new[f] = rewritten[f][i][c]
-      out.append(new)
+      texts = tuple(new.get(f) for f in fields)
+      if texts not in seen:
+        seen.add(texts)
+        out.append(new)
   return out
 
 
@@ -359,6 +369,11 @@ def make_steps(cfg, stage: str, student: heads.DownstreamModel,
     (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         trained, state.params['teacher'], batch, key)
     updates, opt_state = tx.update(grads, state.opt_state, trained)
+    # The leaves this stage's loss does not read (the student's head in
+    # stage 1, the projections in stage 2) take no step and no decay.
+    updates, opt_state = optim.keep_unread(
+        tx, stage_reads(stage, trained), updates, opt_state,
+        state.opt_state)
     trained = optax.apply_updates(trained, updates)
     metrics = dict(terms, loss=loss, grad_norm=optax.global_norm(grads),
                    learning_rate=schedule(state.step))
@@ -370,6 +385,21 @@ def make_steps(cfg, stage: str, student: heads.DownstreamModel,
                          batch['token_type_ids'], batch['attention_mask'])
 
   return finetune.Steps(init_state, train_step, predict)
+
+
+# The student's leaves past its encoder: stage 1's losses do not read them.
+_HEAD = ('pooler', 'classifier', 'layer_mix')
+
+
+def stage_reads(stage: str, trained: dict) -> dict:
+  """A tree of Python bools shaped as ``trained`` (``{'student',
+  'projection'}``): True where ``stage``'s loss reads the leaf. Stage 1
+  (intermediate) reads the student's embeddings and layers and the
+  projections; stage 2 (prediction) the whole student."""
+  flat = flax.traverse_util.flatten_dict(trained)
+  return flax.traverse_util.unflatten_dict({
+      k: (k[0] == 'projection' or k[1] not in _HEAD)
+      if stage == 'intermediate' else k[0] == 'student' for k in flat})
 
 
 def prediction_loss(kind: str, student_logits, teacher_logits,

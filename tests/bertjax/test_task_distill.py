@@ -1,14 +1,20 @@
 """Task-specific distillation: MLM augmentation, the checks, and end to end a
 fine-tuned teacher distilled into a student in two stages, resumed."""
 
+import dataclasses
 import json
 import os
 
+import flax
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bertjax import sharding
 from bertjax import task_distill
+from bertjax.models import heads
+from bertjax.objectives import tinybert
 import preset_helpers
 import test_finetune
 
@@ -74,8 +80,15 @@ def test_mlm_rewrites_replace_single_piece_words_only(pretrained):
                                      np.random.default_rng(0))
   assert again == out
   kept = task_distill.augment_texts(texts, mlm, 2, 0.0, 3, 4, rng)
-  assert all(tok.decode(tok.encode([t])[0]) == r
-             for t, rs in zip(texts, kept) for r in rs)
+  assert kept == [[t, t] for t in texts]   # Nothing replaced: the text.
+  # An example keeps its distinct rewrites only (the reference's augment).
+  cfg = task_distill.base_config()
+  a = cfg.augment
+  a.copies, a.replace_prob, a.candidates, a.batch_size = 6, 1.0, 3, 4
+  examples = [{'text': t, 'label': 0} for t in texts]
+  rows = task_distill.augment_examples(cfg, examples, mlm)
+  assert [r['text'] for r in rows if r['text'] in texts] == texts
+  assert len({r['text'] for r in rows}) == len(rows) > 2
 
 
 def test_prediction_loss_is_soft_cross_entropy_or_squared_error():
@@ -121,16 +134,20 @@ def test_distil_a_fine_tuned_teacher_in_two_stages(pretrained, tasks,
   workdir = str(tmp_path / 'student')
   result = task_distill.distill_task(cfg, workdir)
   augment = json.load(open(os.path.join(workdir, task_distill.AUGMENT)))
-  assert augment['with_rewrites'] == 2 * augment['examples'] == 128
-  assert result['train_rows'] == 128
+  # One copy each, kept where it differs from its example.
+  assert augment['examples'] == 64 < augment['with_rewrites'] < 128
+  assert result['train_rows'] == augment['with_rewrites']
   assert 0 <= result['metrics']['accuracy'] <= 1
   stage1 = preset_helpers.read_jsonl(
       os.path.join(workdir, 'intermediate'))
   stage2 = preset_helpers.read_jsonl(
       os.path.join(workdir, 'prediction'))
-  # 128 rows / 8 = 16 steps a stage; the intermediate stage logs its terms.
-  assert [r['step'] for r in stage1] == [4, 8, 12, 16]
-  assert [r['step'] for r in stage2] == [4, 8, 12, 16]
+  # One epoch of batches of 8 a stage, logged every 4 steps and at the
+  # last; the intermediate stage logs its terms.
+  steps = result['train_rows'] // 8
+  logged = sorted({*range(4, steps + 1, 4), steps})
+  assert [r['step'] for r in stage1] == logged
+  assert [r['step'] for r in stage2] == logged
   for r in stage1:
     assert r['loss'] == pytest.approx(r['emb_loss'] + r['hidden_loss'] +
                                       r['att_loss'], rel=1e-5)
@@ -164,3 +181,37 @@ def test_preset_is_task_distill_pys():
   assert (demo.task.name, demo.augment.copies) == ('embedded', 0)
   with pytest.raises(ValueError, match='augment='):
     preset_helpers.load_preset('task_distill', 'augment=yes')
+
+
+@pytest.mark.parametrize('stage, unread', [
+    ('intermediate', [('student', 'pooler'), ('student', 'classifier')]),
+    ('prediction', [('projection',)])])
+def test_a_stage_leaves_what_its_loss_does_not_read(stage, unread):
+  # No update and no weight decay where the stage's loss has no gradient,
+  # as TinyBERT's BertAdam skips a parameter without one.
+  teacher_cfg = test_finetune.SMALL
+  student_cfg = dataclasses.replace(teacher_cfg, num_layers=1)
+  teacher = heads.DownstreamModel(teacher_cfg, 'classification', 2)
+  student = heads.DownstreamModel(student_cfg, 'classification', 2)
+  mapping, problems = tinybert.pair(student_cfg, teacher_cfg, (), 1.0)
+  assert not problems
+  cfg = task_distill.base_config()
+  cfg.max_seq_length = 8
+  cfg.optimizer.warmup_proportion = 0.0   # A full step from the first.
+  steps = task_distill.make_steps(cfg, stage, student, teacher, 10, mapping)
+  ids = jnp.arange(16, dtype=jnp.int32).reshape(2, 8) % 100 + 5
+  teacher_params = teacher.init(jax.random.key(1), ids, ids * 0,
+                                ids * 0 + 1)['params']
+  state = jax.jit(lambda t: sharding.strip_boxes(steps.init_state(t)))(
+      teacher_params)   # As the run's state is born: unboxed.
+  batch = {'input_ids': ids, 'token_type_ids': ids * 0,
+           'attention_mask': ids * 0 + 1}
+  new, _ = jax.jit(steps.train_step)(state, batch)
+  before = flax.traverse_util.flatten_dict(state.params)
+  after = flax.traverse_util.flatten_dict(new.params)
+  moved = {k for k in before
+           if not np.array_equal(before[k], after[k])}
+  for prefix in unread:
+    assert not {k for k in moved if k[:len(prefix)] == prefix}, prefix
+  assert any(k[:2] == ('student', 'embeddings') for k in moved)
+  assert not {k for k in moved if k[0] == 'teacher'}
