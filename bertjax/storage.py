@@ -221,7 +221,12 @@ def move(path: str, target: str) -> None:
   reader may see both for a moment, never neither."""
   if is_remote(path):
     fs, p = _fs(path)
-    fs.mv(p, _fs(target)[1], recursive=True)
+    objects = _objects(fs, p)
+    to = _fs(target)[1]
+    for name in objects:
+      fs.cp_file(name, to + name[len(p):])
+    for name in objects:
+      fs.rm_file(name)
   else:
     os.replace(path, target)
 
@@ -238,10 +243,20 @@ def rmtree(path: str) -> None:
   """Removes a directory (or every object under a prefix), if any."""
   if is_remote(path):
     fs, p = _fs(path)
-    if fs.exists(p):
-      fs.rm(p, recursive=True)
+    for name in _objects(fs, p):
+      fs.rm_file(name)
   else:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _objects(fs, p: str) -> list[str]:
+  """The objects under prefix ``p`` of bucket filesystem ``fs``, listed by
+  name: fsspec's recursive rm and mv read glob characters in a path as a
+  pattern (a workdir named lr[3e-4]), per-object calls do not."""
+  if not fs.exists(p):
+    return []
+  return sorted(k for k, v in fs.find(p, detail=True, withdirs=False).items()
+                if v.get('type') == 'file')
 
 
 def listdir(path: str) -> list[str]:
@@ -263,21 +278,26 @@ def _url(fs, p: str) -> str:
 def find(path: str) -> dict[str, Stat]:
   """Every file under directory ``path``, recursively, or the one file
   ``path``, or every file matching glob ``path`` (``**`` recurses):
-  {path: its Stat}, sorted by path. In a bucket this is a few listing
-  calls, not one per file."""
+  {path: its Stat}, sorted by path. A path that exists is taken as it is,
+  glob characters and all (a workdir named ``lr[3e-4]``). In a bucket
+  this is a few listing calls, not one per file."""
   if is_remote(path):
     fs, p = _fs(path)
-    if any(c in p for c in '*?['):
-      found = fs.glob(p, detail=True)
-    elif fs.isdir(p):
+    if fs.isdir(p):
       found = fs.find(p, detail=True)
+    elif fs.exists(p):
+      found = {p: fs.info(p)}
+    elif any(c in p for c in '*?['):
+      found = fs.glob(p, detail=True)
     else:
-      found = {p: fs.info(p)} if fs.exists(p) else {}
+      found = {}
     return {_url(fs, k): _remote_stat(v) for k, v in sorted(found.items())
             if v.get('type') == 'file'}
   if os.path.isdir(path):
     files = [os.path.join(root, name)
              for root, _, names in os.walk(path) for name in names]
+  elif os.path.isfile(path):
+    files = [path]
   else:
     files = glob_lib.glob(path, recursive=True)
   return {f: stat(f) for f in sorted(files) if os.path.isfile(f)}

@@ -198,7 +198,9 @@ class Checkpointer:
     if storage.is_remote(self._directory):   # Written in place.
       write_manifest(os.path.join(self._directory, str(self._saving)))
       return
-    pattern = os.path.join(self._directory, f'{self._saving}{_TMP_SUFFIX}*')
+    # The workdir's own name may hold glob characters (runs/lr[3e-4]).
+    pattern = os.path.join(glob.escape(self._directory),
+                           f'{self._saving}{_TMP_SUFFIX}*')
     found = glob.glob(pattern)
     if len(found) != 1:
       raise CheckpointSaveError(
@@ -261,7 +263,7 @@ class Checkpointer:
   def _fail(self, error: Exception) -> None:
     step, self._saving = self._saving, None
     if jax.process_index() == 0:   # Frees what the partial save took.
-      for tmp in glob.glob(os.path.join(self._directory,
+      for tmp in glob.glob(os.path.join(glob.escape(self._directory),
                                         f'{step}{_TMP_SUFFIX}*')):
         shutil.rmtree(tmp, ignore_errors=True)
       partial = os.path.join(self._directory, str(step))

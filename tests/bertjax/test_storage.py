@@ -71,3 +71,17 @@ def test_a_missing_file_is_file_not_found(base):
     storage.read_bytes(f'{base}/nothing')
   with pytest.raises(FileNotFoundError):
     storage.stat(f'{base}/nothing')
+
+
+def test_a_path_with_glob_characters_is_found_as_it_is(base):
+  # A sweep's workdir, e.g. lr[3e-4]: taken as a name where it exists.
+  storage.makedirs(f'{base}/lr[3e-4]')
+  storage.write_text(f'{base}/lr[3e-4]/m.json', '{}')
+  assert list(storage.find(f'{base}/lr[3e-4]')) == [f'{base}/lr[3e-4]/m.json']
+  assert list(storage.find(f'{base}/lr[3e-4]/m.json')) == [
+      f'{base}/lr[3e-4]/m.json']
+  storage.move(f'{base}/lr[3e-4]', f'{base}/lr[1e-3]')
+  assert list(storage.find(f'{base}/lr[1e-3]')) == [f'{base}/lr[1e-3]/m.json']
+  assert not storage.exists(f'{base}/lr[3e-4]/m.json')
+  storage.rmtree(f'{base}/lr[1e-3]')
+  assert storage.find(f'{base}/lr[1e-3]') == {}

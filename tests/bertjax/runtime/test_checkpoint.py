@@ -107,25 +107,27 @@ def test_restores_a_checkpoint_of_grains_own_handler(tmp_path):
   np.testing.assert_array_equal(next(fresh)['x'], next(it)['x'])
 
 
-def test_every_saved_step_is_sealed_and_verifies(tmp_path):
-  ckpt = checkpoint.Checkpointer(str(tmp_path / 'ckpt'), save_every_steps=1,
+# A workdir's name may hold glob characters (a sweep's lr[3e-4]).
+@pytest.mark.parametrize('name', ['ckpt', 'lr[3e-4]'])
+def test_every_saved_step_is_sealed_and_verifies(tmp_path, name):
+  ckpt = checkpoint.Checkpointer(str(tmp_path / name), save_every_steps=1,
                                  keep=3)
   it = _iterator()
   for step in (1, 2):
     ckpt.save(step, {'w': jnp.full(4, step)}, it)
   ckpt.close()
   for step in (1, 2):
-    step_dir = str(tmp_path / 'ckpt' / str(step))
+    step_dir = str(tmp_path / name / str(step))
     assert checkpoint.verify(step_dir)
     with open(os.path.join(step_dir, checkpoint.MANIFEST)) as f:
       files = json.load(f)['files']
     assert 'data/iterator_state.json' in files
-    assert any(name.startswith('state/') for name in files)
-  with open(tmp_path / 'ckpt' / '2' / 'data' / 'iterator_state.json',
+    assert any(f.startswith('state/') for f in files)
+  with open(tmp_path / name / '2' / 'data' / 'iterator_state.json',
             'a') as f:
     f.write(' ')
   with pytest.raises(checkpoint.CorruptCheckpointError, match='has 2'):
-    checkpoint.verify(str(tmp_path / 'ckpt' / '2'))
+    checkpoint.verify(str(tmp_path / name / '2'))
 
 
 def test_a_state_saved_before_a_field_existed_restores_with_its_default(
