@@ -735,13 +735,15 @@ class TrainLoop:
           self._save(step, state, force=last or preempted)
           if preempted:
             break
+        # Still watching: a second notice (SLURM signals again at the time
+        # limit) must not kill the save of the first one's checkpoint.
+        ckpt.close()     # Waits until the last checkpoint is written.
     except BaseException:
       # The save in flight completes, so the checkpoint a message names
       # exists; the original error is the one raised.
       with contextlib.suppress(Exception):
         ckpt.close()
       raise
-    ckpt.close()         # Waits until the last checkpoint is written.
     train_iter.close()   # Stops Grain's workers and frees their buffers.
     if preempted:
       self.writer.message(f'preemption notice: saved the checkpoint at step '

@@ -9,6 +9,10 @@ KIND:
                       written (the tmp directory exists, the commit does not).
   fill_disk           before saving step STEP, fill the workdir's
                       filesystem (a file ``filler`` beside the workdir).
+  notice_twice        SIGTERM itself once step STEP's checkpoint is asked
+                      for, and again while the trainer waits for the
+                      checkpoint that notice makes (a scheduler signalling
+                      again at its time limit).
 
 Everything else is the real trainer, in a process of its own.
 """
@@ -68,6 +72,24 @@ def _inject(kind: str, at: int) -> None:
             pass
       return save_state(self, step, *args, **kwargs)
     checkpoint.Checkpointer.save = save
+  elif kind == 'notice_twice':
+    save_state, close = (checkpoint.Checkpointer.save,
+                         checkpoint.Checkpointer.close)
+    closed = []
+
+    def save(self, step, *args, **kwargs):
+      saved = save_state(self, step, *args, **kwargs)
+      if step == at:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return saved
+
+    def close_under_notice(self):
+      if not closed:
+        closed.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+      close(self)
+    checkpoint.Checkpointer.save = save
+    checkpoint.Checkpointer.close = close_under_notice
   else:
     raise ValueError(f'--fault={kind}:{at}: unknown kind.')
 

@@ -137,6 +137,19 @@ def test_sigterm_checkpoints_the_next_step_and_exits_75(
   _assert_identical(reference, workdir)
 
 
+def test_a_second_notice_during_the_preemption_save_is_absorbed(
+    reference, data_dir, tmp_path):
+  workdir = str(tmp_path / 'run')
+  result = _run(workdir, data_dir, fault='notice_twice:4', check=False)
+  assert result.returncode == preemption.EXIT_PREEMPTED, (
+      result.returncode, result.stderr[-2000:])
+  # The notice after step 4's save stops the run at step 5, saved whole.
+  assert _steps(os.path.join(workdir, 'checkpoints'))[-1] == 5
+  assert checkpoint.verify(os.path.join(workdir, 'checkpoints', '5'))
+  _run(workdir, data_dir)
+  _assert_identical(reference, workdir)
+
+
 def test_full_disk_during_a_save_keeps_the_previous_checkpoint(
     reference, data_dir, tmp_path):
   """In a mount namespace of its own, the workdir on a small tmpfs that the
