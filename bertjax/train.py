@@ -123,40 +123,43 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   # ---- Checks that read no data and write nothing.
   cfg, saved_meta = check_before_writing(cfg, workdir)
 
-  # ---- Mesh, and the rows of each global batch this process reads.
-  place = make_placement(cfg)
-  say(f'mesh {dict(place.mesh.shape)} over {place.mesh.size} device(s) '
-      f'({jax.devices()[0].device_kind}), {jax.process_count()} '
-      f'process(es); each reads {len(place.rows)} of the {cfg.batch_size} '
-      'rows of a batch')
+  # ---- From here a preemption notice is watched for (the input and the
+  # compile take a while): it ends the run at the next step boundary.
+  with preemption.PreemptionWatch() as watch:
+    # ---- Mesh, and the rows of each global batch this process reads.
+    place = make_placement(cfg)
+    say(f'mesh {dict(place.mesh.shape)} over {place.mesh.size} device(s) '
+        f'({jax.devices()[0].device_kind}), {jax.process_count()} '
+        f'process(es); each reads {len(place.rows)} of the {cfg.batch_size} '
+        'rows of a batch')
 
-  # ---- Input pipeline (the tokenizer is checked before the data is built).
-  data = input_pipeline(cfg, saved_meta, workdir, place.rows)
+    # ---- Input pipeline (the tokenizer is checked before the data is built).
+    data = input_pipeline(cfg, saved_meta, workdir, place.rows)
 
-  # ---- Task, and the init, update and eval steps of its model.
-  task = objectives.get(cfg.objective.name).make_task(
-      cfg, data.tokenizer.vocab_size)
-  steps = make_steps(cfg, task, data.global_spec)
+    # ---- Task, and the init, update and eval steps of its model.
+    task = objectives.get(cfg.objective.name).make_task(
+        cfg, data.tokenizer.vocab_size)
+    steps = make_steps(cfg, task, data.global_spec)
 
-  with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
-    # ---- Shard (the state is born sharded), compile ahead of time.
-    compiled = shard_and_compile(steps, place, data.global_spec, workdir)
+    with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
+      # ---- Shard (the state is born sharded), compile ahead of time.
+      compiled = shard_and_compile(steps, place, data.global_spec, workdir)
 
-    # ---- Restore a checkpoint, or initialize. First write to the workdir.
-    write_run_files(cfg, workdir, data, task, place, compiled)
-    ckpt = checkpoint_lib.Checkpointer(
-        os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
-        cfg.keep_checkpoints)
-    state = restore_or_init(cfg, workdir, ckpt, steps, compiled, place,
-                            data.train_iter)
+      # ---- Restore a checkpoint, or initialize. First write to the workdir.
+      write_run_files(cfg, workdir, data, task, place, compiled)
+      ckpt = checkpoint_lib.Checkpointer(
+          os.path.join(workdir, 'checkpoints'), cfg.checkpoint_every_steps,
+          cfg.keep_checkpoints)
+      state = restore_or_init(cfg, workdir, ckpt, steps, compiled, place,
+                              data.train_iter)
 
-    # ---- Train loop (a preemption notice ends it with Preempted).
-    loop = TrainLoop(cfg, workdir, place, data, compiled, ckpt,
-                     task.flops_per_token, state)
-    state = loop.run(state)
+      # ---- Train loop (a preemption notice ends it with Preempted).
+      loop = TrainLoop(cfg, workdir, place, data, compiled, ckpt,
+                       task.flops_per_token, state)
+      state = loop.run(state, watch)
 
-    # ---- Final evaluation against the most-frequent-token baseline.
-    return final_evaluation(loop, state.params, data)
+      # ---- Final evaluation against the most-frequent-token baseline.
+      return final_evaluation(loop, state.params, data)
 
 
 # ---------------------------------------------------------------------------
@@ -695,49 +698,61 @@ class TrainLoop:
     return {f'eval_{k}': v for k, v in
             losses.summarize(jax.device_get(sums)).items()}
 
-  def run(self, state: TrainState) -> TrainState:
+  def run(self, state: TrainState,
+          watch: preemption.PreemptionWatch) -> TrainState:
     """Trains from ``state``'s step to the last one, checkpointing when due
-    and at the end; a preemption notice checkpoints the next step and
-    raises ``preemption.Preempted``."""
+    and at the end; a preemption notice (``watch``'s, entered before the
+    input and the compile) checkpoints the next step and raises
+    ``preemption.Preempted``; one before the first step raises it at once,
+    with nothing new to save (under JAX's preemption service, at the first
+    step the processes agree on: the next one)."""
     cfg, ckpt, train_iter = self._cfg, self._ckpt, self._data.train_iter
     step = int(jax.device_get(state.step))
     tokens, pending, preempted = 0, None, False
+    if step < self.num_train_steps and watch.reached(step):
+      ckpt.close()
+      train_iter.close()
+      self.writer.message(
+          f'preemption notice before step {step + 1}: nothing new to save; '
+          f'exiting with status {preemption.EXIT_PREEMPTED} to be '
+          'relaunched.')
+      self.writer.close()
+      raise preemption.Preempted(step, self._workdir, saved=False)
     try:
-      with preemption.PreemptionWatch() as watch:
-        while step < self.num_train_steps:
-          batch = next(train_iter)
-          tokens += int(batch['attention_mask'].sum()) * jax.process_count()
-          state, metrics = self._compiled.train_step(state,
-                                                     self.to_global(batch))
-          step += 1
-          ckpt.check()   # A failed background save stops the run now.
-          self.writer.advance(step)
-          if pending is not None:
-            self._log(pending)
-            pending = None
-          last = step == self.num_train_steps
-          if step % cfg.log_every_steps == 0 or last:
-            for value in jax.tree.leaves(metrics):
-              value.copy_to_host_async()
-            entry = {'step': step, 'metrics': metrics, 'tokens': tokens,
-                     'statistics': batch[pipeline.STATISTICS],
-                     'eval': (self.evaluate(state.params)
-                              if step % cfg.eval_every_steps == 0 or last
-                              else {})}
-            tokens = 0
-            if last or ckpt.is_due(step):
-              self._log(entry)
-            else:
-              pending = entry
-          preempted = not last and watch.reached(step)
-          if preempted and pending is not None:
-            self._log(pending)
-          self._save(step, state, force=last or preempted)
-          if preempted:
-            break
-        # Still watching: a second notice (SLURM signals again at the time
-        # limit) must not kill the save of the first one's checkpoint.
-        ckpt.close()     # Waits until the last checkpoint is written.
+      while step < self.num_train_steps:
+        batch = next(train_iter)
+        tokens += int(batch['attention_mask'].sum()) * jax.process_count()
+        state, metrics = self._compiled.train_step(state,
+                                                   self.to_global(batch))
+        step += 1
+        ckpt.check()   # A failed background save stops the run now.
+        self.writer.advance(step)
+        if pending is not None:
+          self._log(pending)
+          pending = None
+        last = step == self.num_train_steps
+        if step % cfg.log_every_steps == 0 or last:
+          for value in jax.tree.leaves(metrics):
+            value.copy_to_host_async()
+          entry = {'step': step, 'metrics': metrics, 'tokens': tokens,
+                   'statistics': batch[pipeline.STATISTICS],
+                   'eval': (self.evaluate(state.params)
+                            if step % cfg.eval_every_steps == 0 or last
+                            else {})}
+          tokens = 0
+          if last or ckpt.is_due(step):
+            self._log(entry)
+          else:
+            pending = entry
+        preempted = not last and watch.reached(step)
+        if preempted and pending is not None:
+          self._log(pending)
+        self._save(step, state, force=last or preempted)
+        if preempted:
+          break
+      # Still watching: a second notice (SLURM signals again at the time
+      # limit) must not kill the save of the first one's checkpoint.
+      ckpt.close()     # Waits until the last checkpoint is written.
     except BaseException:
       # The save in flight completes, so the checkpoint a message names
       # exists; the original error is the one raised.

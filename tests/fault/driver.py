@@ -9,6 +9,8 @@ KIND:
                       written (the tmp directory exists, the commit does not).
   fill_disk           before saving step STEP, fill the workdir's
                       filesystem (a file ``filler`` beside the workdir).
+  notice_at_compile   SIGTERM itself as the train step is compiled, before
+                      any step (STEP unused).
   notice_twice        SIGTERM itself once step STEP's checkpoint is asked
                       for, and again while the trainer waits for the
                       checkpoint that notice makes (a scheduler signalling
@@ -72,6 +74,13 @@ def _inject(kind: str, at: int) -> None:
             pass
       return save_state(self, step, *args, **kwargs)
     checkpoint.Checkpointer.save = save
+  elif kind == 'notice_at_compile':
+    compile_steps = train.shard_and_compile
+
+    def shard_and_compile(*args, **kwargs):
+      os.kill(os.getpid(), signal.SIGTERM)
+      return compile_steps(*args, **kwargs)
+    train.shard_and_compile = shard_and_compile
   elif kind == 'notice_twice':
     save_state, close = (checkpoint.Checkpointer.save,
                          checkpoint.Checkpointer.close)

@@ -137,6 +137,18 @@ def test_sigterm_checkpoints_the_next_step_and_exits_75(
   _assert_identical(reference, workdir)
 
 
+def test_a_notice_during_start_up_exits_75_before_any_step(
+    reference, data_dir, tmp_path):
+  workdir = str(tmp_path / 'run')
+  result = _run(workdir, data_dir, fault='notice_at_compile:0', check=False)
+  assert result.returncode == preemption.EXIT_PREEMPTED, (
+      result.returncode, result.stderr[-2000:])
+  assert 'preempted before step 1' in result.stderr + result.stdout
+  assert _steps(os.path.join(workdir, 'checkpoints')) == []
+  _run(workdir, data_dir)
+  _assert_identical(reference, workdir)
+
+
 def test_a_second_notice_during_the_preemption_save_is_absorbed(
     reference, data_dir, tmp_path):
   workdir = str(tmp_path / 'run')

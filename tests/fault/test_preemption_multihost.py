@@ -29,7 +29,7 @@ FIELDS = {**preset_helpers.TINY, 'batch_size': 8, 'total_steps': 400,
           'checkpoint_every_steps': 1000}
 
 
-def _start(tmp_path, workdir, port, index):
+def _start(tmp_path, workdir, port, index, processes=2):
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
              JAX_PLATFORMS='cpu', BERTJAX_DATA_DIR=str(tmp_path / 'data'),
              PYTHONPATH=REPO)
@@ -37,7 +37,7 @@ def _start(tmp_path, workdir, port, index):
   return subprocess.Popen(
       [sys.executable, '-m', 'bertjax.train', f'--config={DEMO}',
        f'--workdir={workdir}', f'--coordinator_address=localhost:{port}',
-       '--num_processes=2', f'--process_id={index}',
+       f'--num_processes={processes}', f'--process_id={index}',
        *[f'--config.{k}={v}' for k, v in FIELDS.items()]],
       env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
 
@@ -68,3 +68,28 @@ def test_sigterm_to_one_host_checkpoints_one_step_on_both(tmp_path):
   assert sorted(int(n) for n in os.listdir(directory) if n.isdigit()) == [
       saved]
   assert checkpoint.verify(str(directory / str(saved)))
+
+
+def test_one_worker_slice_takes_a_notice_during_start_up(tmp_path):
+  # One process under jax.distributed (a one-worker slice): JAX's service
+  # holds the notice, here sent as the input is built, and the trainer
+  # stops at the first step the service agrees on (the next it is asked
+  # about), with a checkpoint of it.
+  workdir = tmp_path / 'run'
+  proc = _start(tmp_path, workdir, preset_helpers.free_port(), 0, 1)
+  log = tmp_path / 'process0.log'
+  deadline = time.time() + 300
+  try:
+    while time.time() < deadline and proc.poll() is None:
+      if log.exists() and 'mesh {' in log.read_text():
+        break
+      time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(300)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  text = log.read_text()
+  assert code == preemption.EXIT_PREEMPTED, text[-3000:]
+  assert ('preempted before step 1' in text
+          or 'saved the checkpoint at step 1;' in text), text[-3000:]
