@@ -42,6 +42,7 @@ and then ``intermediate``/``output``), NoNorm (``scale``, ``bias`` <->
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -748,7 +749,8 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   directories written. ``out_dir`` (local or ``gs://``) must not exist yet:
   an export never overwrites anything; it is written beside and renamed
   into place (for a bucket: written locally, then each file uploaded
-  whole)."""
+  whole, each ``config.json`` last, so that what a loader can open is
+  complete; a failed upload removes what it uploaded)."""
   if storage.exists(out_dir):
     raise ConversionError(f'{out_dir!r} exists; export into a new directory '
                           '(an export never overwrites).')
@@ -773,15 +775,29 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
       _write_readme(directory, run, family, part, left_out(cfg, family))
       written.append(os.path.join(out_dir, part) if part else out_dir)
     if remote:
-      for path in storage.find(staging):
-        storage.upload(path, os.path.join(out_dir,
-                                          os.path.relpath(path, staging)))
+      _upload(staging, out_dir)
     else:
       os.replace(staging, out_dir)
   finally:   # A failed export leaves nothing behind; a finished one, no copy.
     shutil.rmtree(os.path.dirname(staging) if remote else staging,
                   ignore_errors=True)
   return written
+
+
+def _upload(staging: str, out_dir: str) -> None:
+  """Uploads local directory ``staging`` as ``out_dir`` (which did not
+  exist): transformers opens a directory by its ``config.json``, so those
+  go last; on a failure the objects uploaded are removed."""
+  files = sorted(storage.find(staging),
+                 key=lambda p: (os.path.basename(p) == 'config.json', p))
+  try:
+    for path in files:
+      storage.upload(path, os.path.join(out_dir,
+                                        os.path.relpath(path, staging)))
+  except BaseException:
+    with contextlib.suppress(Exception):
+      storage.rmtree(out_dir)
+    raise
 
 
 def _write_readme(directory: str, run, family: str, part, omitted) -> None:

@@ -12,6 +12,7 @@ import transformers
 
 from bertjax.interop import hf_convert
 from bertjax import runs as runs_lib
+from bertjax import storage
 from bertjax.models import bert as bert_lib
 from bertjax.models import electra as electra_models
 from bertjax.objectives import distillation
@@ -437,3 +438,24 @@ def test_tanh_gelu_run_is_not_exported_as_roberta(runs, tmp_path):
   with pytest.raises(hf_convert.ConversionError, match="family 'bert'"):
     hf_convert.check_family(cfg, 'roberta')
   hf_convert.check_family(cfg, 'bert')
+
+
+def test_a_failed_upload_to_a_bucket_leaves_no_export(runs, gcs_bucket,
+                                                      monkeypatch):
+  out = f'{gcs_bucket}/export-{os.getpid()}'
+  upload, uploaded = storage.upload, []
+
+  def fail_on_the_third(path, target):
+    if len(uploaded) == 2:
+      raise OSError('the network went away')
+    upload(path, target)
+    uploaded.append(os.path.basename(target))
+  monkeypatch.setattr(storage, 'upload', fail_on_the_third)
+  with pytest.raises(OSError, match='went away'):
+    hf_convert.export_run(runs['bert'], out)
+  assert 'config.json' not in uploaded   # A loader's entry point comes last.
+  assert storage.find(out) == {}
+  monkeypatch.setattr(storage, 'upload', upload)
+  hf_convert.export_run(runs['bert'], out)   # The retry is not refused.
+  assert storage.exists(f'{out}/config.json')
+  storage.rmtree(out)
