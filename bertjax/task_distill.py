@@ -33,8 +33,9 @@ data_augmentation.py do it:
   takes MLM candidates for single-piece words and GloVe neighbours for
   the rest; with no GloVe here, words of several pieces are kept.
 
-Writes ``distilled.json`` (the student's held-out metrics, as fine-tuning's
-``downstream.json``) and ``augment.json`` (what augmentation added).
+Writes ``distilled.json`` (the student's held-out metrics, the task's
+metrics as fine-tuning's ``downstream.json`` has them; no dev scores or
+per-example predictions) and ``augment.json`` (what augmentation added).
 Covers sentence-level tasks (classification and regression), as the
 paper's GLUE tasks; every random draw derives from ``cfg.seed``.
 """
