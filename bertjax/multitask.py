@@ -563,6 +563,14 @@ def multitask(cfg, workdir: str) -> dict:
   sampler = TaskSampler(rates, cfg.seed,
                         cfg.mixing_block_steps or total_steps)
   task_steps = sampler.task_steps(total_steps)
+  idle = [key for key, n in zip(keys, task_steps) if n == 0]
+  if idle:   # Its head would be reported untrained.
+    raise MultitaskError(
+        f'tasks {idle} get no step of the {total_steps}: their rates are '
+        'too small for the run (a block of mixing_block_steps='
+        f'{cfg.mixing_block_steps} longer than the run is cut short); '
+        'raise num_steps, lower mixing_block_steps, or raise the rates '
+        '(mixing_cap, mixing_temperature).')
   for key, d, n, rate, steps_m in zip(keys, data, rows, rates, task_steps):
     _say(f'task {key} ({d.task.name}, {d.task.kind}): '
          f'{len(d.task.train)} train / {len(d.task.eval)} eval examples, '

@@ -361,6 +361,12 @@ def test_multitask_writes_per_task_metrics_and_resumes_bitwise(
   assert all(a[k].tobytes() == b[k].tobytes() for k in a)
   with pytest.raises(multitask.MultitaskError, match='other settings'):
     _run(pretrained, tasks, workdir, mixing='temperature')
+  # 2 steps of a 1000-step block (seed 0): 'cla' would get none, and its
+  # untrained head be reported; refused before anything is written.
+  with pytest.raises(multitask.MultitaskError, match=r"\['cla'\] get no"):
+    _run(pretrained, tasks, tmp_path / 'c', num_steps=2,
+         mixing_block_steps=1000)
+  assert not (tmp_path / 'c').exists()
 
 
 @pytest.mark.e2e
