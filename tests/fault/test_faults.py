@@ -137,13 +137,19 @@ def test_sigterm_checkpoints_the_next_step_and_exits_75(
   _assert_identical(reference, workdir)
 
 
+def _preempted(workdir, data_dir, fault):
+  """The run with ``fault``, which must exit 75; its output."""
+  result = _run(workdir, data_dir, fault=fault, check=False)
+  assert result.returncode == preemption.EXIT_PREEMPTED, (
+      result.returncode, result.stderr[-2000:])
+  return result.stdout + result.stderr
+
+
 def test_a_notice_during_start_up_exits_75_before_any_step(
     reference, data_dir, tmp_path):
   workdir = str(tmp_path / 'run')
-  result = _run(workdir, data_dir, fault='notice_at_compile:0', check=False)
-  assert result.returncode == preemption.EXIT_PREEMPTED, (
-      result.returncode, result.stderr[-2000:])
-  assert 'preempted before step 1' in result.stderr + result.stdout
+  output = _preempted(workdir, data_dir, 'notice_at_compile:0')
+  assert 'preempted before step 1' in output
   assert _steps(os.path.join(workdir, 'checkpoints')) == []
   _run(workdir, data_dir)
   _assert_identical(reference, workdir)
@@ -152,9 +158,7 @@ def test_a_notice_during_start_up_exits_75_before_any_step(
 def test_a_second_notice_during_the_preemption_save_is_absorbed(
     reference, data_dir, tmp_path):
   workdir = str(tmp_path / 'run')
-  result = _run(workdir, data_dir, fault='notice_twice:4', check=False)
-  assert result.returncode == preemption.EXIT_PREEMPTED, (
-      result.returncode, result.stderr[-2000:])
+  _preempted(workdir, data_dir, 'notice_twice:4')
   # The notice after step 4's save stops the run at step 5, saved whole.
   assert _steps(os.path.join(workdir, 'checkpoints'))[-1] == 5
   assert checkpoint.verify(os.path.join(workdir, 'checkpoints', '5'))
