@@ -541,6 +541,22 @@ def _check_resume(workdir: str, cfg) -> None:
         'resume).')
 
 
+def _every_task_steps(cfg, keys, sampler: TaskSampler,
+                      total_steps: int) -> np.ndarray:
+  """Each task's steps of the run; fails if one gets none (its head would
+  be reported untrained)."""
+  task_steps = sampler.task_steps(total_steps)
+  idle = [key for key, n in zip(keys, task_steps) if n == 0]
+  if idle:
+    raise MultitaskError(
+        f'tasks {idle} get no step of the {total_steps}: their rates are '
+        'too small for the run (a block of mixing_block_steps='
+        f'{cfg.mixing_block_steps} longer than the run is cut short); '
+        'raise num_steps, lower mixing_block_steps, or raise the rates '
+        '(mixing_cap, mixing_temperature).')
+  return task_steps
+
+
 def multitask(cfg, workdir: str) -> dict:
   """Trains per ``cfg`` in ``workdir`` (resuming if possible); returns
   ``multitask.json``'s content: ``tasks`` (key -> the task's held-out
@@ -562,15 +578,7 @@ def multitask(cfg, workdir: str) -> dict:
                        cfg.mixing_cap, cfg.mixing_temperature)
   sampler = TaskSampler(rates, cfg.seed,
                         cfg.mixing_block_steps or total_steps)
-  task_steps = sampler.task_steps(total_steps)
-  idle = [key for key, n in zip(keys, task_steps) if n == 0]
-  if idle:   # Its head would be reported untrained.
-    raise MultitaskError(
-        f'tasks {idle} get no step of the {total_steps}: their rates are '
-        'too small for the run (a block of mixing_block_steps='
-        f'{cfg.mixing_block_steps} longer than the run is cut short); '
-        'raise num_steps, lower mixing_block_steps, or raise the rates '
-        '(mixing_cap, mixing_temperature).')
+  task_steps = _every_task_steps(cfg, keys, sampler, total_steps)
   for key, d, n, rate, steps_m in zip(keys, data, rows, rates, task_steps):
     _say(f'task {key} ({d.task.name}, {d.task.kind}): '
          f'{len(d.task.train)} train / {len(d.task.eval)} eval examples, '
