@@ -224,22 +224,23 @@ def identity_changes(saved: dict, mine: dict, defaults: dict
   """``{name: (saved value, value now)}`` for each setting in which a run's
   saved identity (as read from its JSON) differs from ``mine``.
 
-  Every name the run saved is compared (one ``mine`` lacks is a change: a
-  mixture run and a single-corpus run differ in their names). A field
-  added to a saved section since counts at its value in ``defaults`` (the
-  base config's identity): a new field's default keeps the behaviour of
-  the code before it, so an older run resumes unless its setting changed.
-  A name added to the identity since the run was written is not compared:
-  the run recorded nothing to compare it with. Shared by every command
-  that resumes a workdir.
+  Names on one side only are changes (a mixture run and a single-corpus
+  run, or two objectives, differ in their names), but for a name of
+  ``defaults`` (the base config's identity) that the run lacks: the code
+  added it since, and the run recorded nothing to compare it with. A
+  field added to a saved section since counts at its value in
+  ``defaults``: a new field's default keeps the behaviour of the code
+  before it, so an older run resumes unless its setting changed. Shared by
+  every command that resumes a workdir.
   """
   mine, defaults = json.loads(json.dumps([mine, defaults]))
   theirs = {name: ({**defaults[name], **value}
                    if isinstance(value, dict)
                    and isinstance(defaults.get(name), dict) else value)
             for name, value in saved.items()}
-  return {name: (theirs[name], mine.get(name)) for name in sorted(theirs)
-          if theirs[name] != mine.get(name)}
+  names = set(theirs) | {n for n in mine if n not in defaults}
+  return {name: (theirs.get(name), mine.get(name)) for name in sorted(names)
+          if theirs.get(name) != mine.get(name)}
 
 
 def check_resume_compatible(workdir: str, cfg) -> dict | None:
@@ -248,8 +249,6 @@ def check_resume_compatible(workdir: str, cfg) -> dict | None:
     saved = json.loads(storage.read_text(os.path.join(workdir, RUN_META)))
   except FileNotFoundError:
     return None
-  # Over both name sets: a mixture run and a single-corpus run differ in
-  # them.
   changed = identity_changes(saved['identity'], run_identity(cfg),
                              run_identity(config_lib.base_config()))
   if changed:

@@ -210,12 +210,14 @@ def test_identity_changes_fill_fields_added_since_and_name_the_rest():
   saved['model']['new'] = 'on'
   assert train.identity_changes(saved, mine, defaults) == {
       'model': ({'layers': 2, 'new': 'on'}, {'layers': 2, 'new': 'off'})}
-  # A saved name now missing is a change; a name the run predates is not
-  # compared; tuples compare as saved.
+  # A name on one side only is a change, but for one the code added to the
+  # identity since the run (in defaults); tuples compare as saved.
   assert train.identity_changes({'seed': 0, 'ids': [1], 'task': 't'},
                                 {'seed': 0, 'ids': (1,)},
                                 defaults) == {'task': ('t', None)}
   assert train.identity_changes({'seed': 0}, {'seed': 0, 'task': 't'},
+                                defaults) == {'task': (None, 't')}
+  assert train.identity_changes({'seed': 0}, {'seed': 0, 'model': {}},
                                 defaults) == {}
 
 
