@@ -707,18 +707,12 @@ class TrainLoop:
     step the processes agree on: the next one)."""
     cfg, ckpt, train_iter = self._cfg, self._ckpt, self._data.train_iter
     step = int(jax.device_get(state.step))
-    tokens, pending, preempted = 0, None, False
-    if step < self.num_train_steps and watch.reached(step):
-      ckpt.close()
-      train_iter.close()
-      self.writer.message(
-          f'preemption notice before step {step + 1}: nothing new to save; '
-          f'exiting with status {preemption.EXIT_PREEMPTED} to be '
-          'relaunched.')
-      self.writer.close()
-      raise preemption.Preempted(step, self._workdir, saved=False)
+    tokens, pending = 0, None
+    # A notice during start-up: no step is taken, nothing new is saved.
+    early = step < self.num_train_steps and watch.reached(step)
+    preempted = early
     try:
-      while step < self.num_train_steps:
+      while not preempted and step < self.num_train_steps:
         batch = next(train_iter)
         tokens += int(batch['attention_mask'].sum()) * jax.process_count()
         state, metrics = self._compiled.train_step(state,
@@ -760,11 +754,14 @@ class TrainLoop:
       raise
     train_iter.close()   # Stops Grain's workers and frees their buffers.
     if preempted:
-      self.writer.message(f'preemption notice: saved the checkpoint at step '
-                          f'{step}; exiting with status '
-                          f'{preemption.EXIT_PREEMPTED} to be relaunched.')
+      self.writer.message(
+          (f'preemption notice before step {step + 1}: nothing new to save'
+           if early else
+           f'preemption notice: saved the checkpoint at step {step}')
+          + f'; exiting with status {preemption.EXIT_PREEMPTED} to be '
+          'relaunched.')
       self.writer.close()
-      raise preemption.Preempted(step, self._workdir)
+      raise preemption.Preempted(step, self._workdir, saved=not early)
     return state
 
   def _last_checkpoint(self) -> str:
