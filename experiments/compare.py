@@ -503,9 +503,18 @@ def objective_label(cfg) -> str:
   return '+'.join(parts)
 
 
+def _run_meta(workdir: str) -> dict:
+  return json.loads(storage.read_text(os.path.join(workdir, train.RUN_META)))
+
+
+def saved_config(workdir: str):
+  """A finished run's config, as it trained."""
+  return config_lib.from_saved(_run_meta(workdir)['config'])
+
+
 def read_run(workdir: str) -> dict:
   """A finished run's config, metric records and sizes, from its workdir."""
-  meta = json.loads(storage.read_text(os.path.join(workdir, train.RUN_META)))
+  meta = _run_meta(workdir)
   records = [entry for _, entry in metric_writers.logged_lines(
       os.path.join(workdir, 'metrics.jsonl'))]
   if not records:
@@ -579,12 +588,12 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
   """The arm's pretraining at one budget and seed: its row, training
   (or resuming) only if the row is not there yet."""
   key = _pretrain_key(arm, cfg)
+  if (found := rows.find(key)) is not None:
+    return found
   if arm.workdir:
     run = read_run(arm.workdir)
     wall = None
   else:
-    if (found := rows.find(key)) is not None:
-      return found
     print(f'== {arm.name} seed {seed} {budget}: {cfg.total_steps} steps in '
           f'{workdir}', flush=True)
     _claim(workdir, key)
@@ -592,8 +601,6 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
     train.train_and_evaluate(cfg, workdir)
     wall = time.time() - start
     run = read_run(workdir)
-  if (found := rows.find(key)) is not None:
-    return found
   row = pretrain_row(arm, budget, seed, key, run, wall)
   row['architecture'] = architecture_key(workdir)
   return rows.add(row)
@@ -601,10 +608,9 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
 
 def _pretrain_key(arm: Arm, cfg) -> str:
   """The row key of the arm's pretraining under ``cfg`` (a finished
-  workdir's: its saved config's)."""
+  workdir's saved config, for a workdir arm)."""
   if arm.workdir:
-    return _row_key('pretrain', arm.name, arm.workdir,
-                    settings_key(read_run(arm.workdir)['cfg']))
+    return _row_key('pretrain', arm.name, arm.workdir, settings_key(cfg))
   return _row_key('pretrain', arm.name, settings_key(cfg))
 
 
@@ -662,8 +668,8 @@ def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
 
 def _walk(plan: Plan):
   """Every pretraining of the plan, in order: (seed, the fine-tuning
-  config at that seed or None, budget kind, amount, arm, the arm's config
-  or None for a finished workdir)."""
+  config at that seed or None, budget kind, amount, arm, the arm's config:
+  a finished workdir's as it trained)."""
   for seed in plan.seeds:
     ft = None
     if plan.finetune is not None:
@@ -671,8 +677,8 @@ def _walk(plan: Plan):
       ft.seed = seed
     for kind, amount in plan.budgets:
       for arm in plan.arms:
-        cfg = None if arm.workdir else arm_config(arm, plan.overrides, seed,
-                                                  kind, amount)
+        cfg = (saved_config(arm.workdir) if arm.workdir else
+               arm_config(arm, plan.overrides, seed, kind, amount))
         yield seed, ft, kind, amount, arm, cfg
 
 
