@@ -598,9 +598,8 @@ def _identity(cfg) -> dict:
 
 def _check_resume(workdir: str, cfg) -> None:
   """Fails when ``workdir`` holds a fine-tuning run of other settings."""
-  try:
-    saved = json.loads(storage.read_text(os.path.join(workdir, _META)))
-  except FileNotFoundError:
+  saved = train_lib.binding_meta(workdir, _META)
+  if saved is None:
     return
   changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
                                        _identity(base_config()))

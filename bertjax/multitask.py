@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import os
 import time
@@ -528,9 +527,8 @@ def _identity(cfg) -> dict:
 
 def _check_resume(workdir: str, cfg) -> None:
   """Fails when ``workdir`` holds a multi-task run of other settings."""
-  try:
-    saved = json.loads(storage.read_text(os.path.join(workdir, META)))
-  except FileNotFoundError:
+  saved = train_lib.binding_meta(workdir, META)
+  if saved is None:
     return
   changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
                                        _identity(base_config()))

@@ -466,10 +466,10 @@ def _check_resume(cfg, workdir: str) -> dict:
   """``cfg``'s identity (what a resumed run must share), checked against
   the one ``workdir`` was written with, if any."""
   identity = json.loads(json.dumps(_identity(cfg)))
-  meta_path = os.path.join(workdir, META)
-  if storage.isfile(meta_path):
-    saved = json.loads(storage.read_text(meta_path))['identity']
-    changed = train_lib.identity_changes(saved, identity,
+  saved = train_lib.binding_meta(
+      workdir, META, tuple(os.path.join(s, 'checkpoints') for s in STAGES))
+  if saved is not None:
+    changed = train_lib.identity_changes(saved['identity'], identity,
                                          _identity(base_config()))
     if changed:
       raise DistillError(f'{workdir!r} holds a task distillation with other '

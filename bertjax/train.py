@@ -243,11 +243,27 @@ def identity_changes(saved: dict, mine: dict, defaults: dict
           if theirs.get(name) != mine.get(name)}
 
 
+def binding_meta(workdir: str, name: str,
+                 checkpoint_dirs: tuple[str, ...] = ('checkpoints',)
+                 ) -> dict | None:
+  """``workdir``'s metadata file ``name`` (the settings its run was written
+  with) when a checkpoint under one of ``checkpoint_dirs`` holds the run to
+  them, else None. A start that failed before its first checkpoint left
+  nothing to continue: a new start, with any settings, replaces it."""
+  try:
+    saved = json.loads(storage.read_text(os.path.join(workdir, name)))
+  except FileNotFoundError:
+    return None
+  if all(checkpoint_lib.latest_step(os.path.join(workdir, d)) is None
+         for d in checkpoint_dirs):
+    return None
+  return saved
+
+
 def check_resume_compatible(workdir: str, cfg) -> dict | None:
   """Fails when ``workdir`` holds a run with a different identity."""
-  try:
-    saved = json.loads(storage.read_text(os.path.join(workdir, RUN_META)))
-  except FileNotFoundError:
+  saved = binding_meta(workdir, RUN_META)
+  if saved is None:
     return None
   changed = identity_changes(saved['identity'], run_identity(cfg),
                              run_identity(config_lib.base_config()))
@@ -329,9 +345,12 @@ def input_pipeline(cfg, saved_meta: dict | None, workdir: str,
                    pipeline.batch_spec(cfg), masking_cfg, data_skipped)
 
 
-def check_tokenizer_matches(saved_meta: dict | None,
+def check_tokenizer_matches(cfg, saved_meta: dict | None,
                             tokenizer: tokenizer_lib.Tokenizer,
                             workdir: str) -> None:
+  """The tokenizer is the one the workdir's checkpoints, and ``init_from``'s
+  parameters, were trained with: with another, the same ids would be other
+  pieces (and a run of the same vocabulary size would not say so)."""
   if saved_meta and saved_meta['tokenizer_sha256'] != tokenizer.sha256:
     raise ResumeError(
         f'the tokenizer (sha256 {tokenizer.sha256[:12]}, '
@@ -339,6 +358,17 @@ def check_tokenizer_matches(saved_meta: dict | None,
         f'{workdir!r} were trained with (sha256 '
         f'{saved_meta["tokenizer_sha256"][:12]}, {saved_meta["vocab_size"]} '
         'pieces). Use the original tokenizer model, or a new --workdir.')
+  # A run's workdir and an import both keep their tokenizer here.
+  theirs = os.path.join(cfg.init_from, 'tokenizer.model')
+  if cfg.init_from and storage.isfile(theirs) and (
+      storage.sha256(theirs) != tokenizer.sha256):
+    raise ResumeError(
+        f'the tokenizer (sha256 {tokenizer.sha256[:12]}, '
+        f'{tokenizer.vocab_size} pieces) is not the one '
+        f'init_from={cfg.init_from!r} was trained with (its {theirs}, '
+        f'sha256 {storage.sha256(theirs)[:12]}): its embeddings would be '
+        'read as other pieces. Set data.tokenizer.model_path to that file, '
+        'or the data.tokenizer settings that run had.')
 
 
 def warn_if_data_format_changed(saved_meta: dict | None,
@@ -364,7 +394,7 @@ def prepare_data(cfg, saved_meta: dict | None, workdir: str):
     # One tokenizer for all components; each component built alone.
     fingerprints = mixture_lib.fingerprints(cfg.data)
     tokenizer = mixture_lib.load_or_train_tokenizer(cfg.data, fingerprints)
-    check_tokenizer_matches(saved_meta, tokenizer, workdir)
+    check_tokenizer_matches(cfg, saved_meta, tokenizer, workdir)
     prepared = mixture_lib.prepare(cfg.data, tokenizer=tokenizer,
                                    corpus_fingerprints=fingerprints)
     say(f'corpus mixture:\n{prepared.summary()}')
@@ -373,7 +403,7 @@ def prepare_data(cfg, saved_meta: dict | None, workdir: str):
   corpus_fingerprint = corpus_lib.fingerprint(corpus_spec)
   tokenizer = pretokenize.load_or_train_tokenizer(cfg.data, corpus_spec,
                                                   corpus_fingerprint)
-  check_tokenizer_matches(saved_meta, tokenizer, workdir)
+  check_tokenizer_matches(cfg, saved_meta, tokenizer, workdir)
   return tokenizer, pretokenize.prepare(cfg.data, tokenizer=tokenizer,
                                         corpus_fingerprint=corpus_fingerprint)
 
@@ -637,10 +667,32 @@ def _init_from(other_workdir: str, abstract_state):
   with ocp.CheckpointManager(
       storage.absolute(directory),
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    _check_same_parameters(
+        other_workdir, manager.item_metadata(step)['state']['params'],
+        abstract_state.params)
     restored = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state)))
   say(f'initialized from {other_workdir} step {step}')
   return restored['state']
+
+
+def _check_same_parameters(other_workdir: str, saved, mine) -> None:
+  """Fails, naming them, on parameters that ``other_workdir`` lacks, that
+  this model lacks, or whose shapes differ (another model size)."""
+  shapes = lambda tree: {
+      jax.tree_util.keystr(path): tuple(leaf.shape)
+      for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+  saved, mine = shapes(saved), shapes(mine)
+  wrong = [f'{name}: {saved.get(name, "missing")} there, '
+           f'{mine.get(name, "missing")} here'
+           for name in sorted(saved.keys() | mine.keys())
+           if saved.get(name) != mine.get(name)]
+  if wrong:
+    raise ResumeError(
+        f'init_from={other_workdir!r} holds another model: '
+        f'{len(wrong)} parameter(s) differ ({"; ".join(wrong[:4])}'
+        f'{"; ..." if len(wrong) > 4 else ""}). Use the model settings '
+        'that run had (its run_meta.json), or train from scratch.')
 
 
 # ---------------------------------------------------------------------------

@@ -167,6 +167,20 @@ def test_distil_a_fine_tuned_teacher_in_two_stages(pretrained, tasks,
     task_distill.distill_task(cfg, workdir)
 
 
+def test_only_a_stage_checkpoint_binds_the_settings(tmp_path):
+  check = task_distill._check_resume  # pylint: disable=protected-access
+  cfg = task_distill.base_config()
+  identity = check(cfg, str(tmp_path))   # A new workdir.
+  with open(tmp_path / task_distill.META, 'w') as f:
+    json.dump({'identity': identity}, f)
+  cfg.distill.temperature += 1.0
+  check(cfg, str(tmp_path))   # A start that left no checkpoint.
+  (tmp_path / task_distill.STAGES[1] / 'checkpoints' / '3').mkdir(
+      parents=True)
+  with pytest.raises(task_distill.DistillError, match=r"\['distill'\]"):
+    check(cfg, str(tmp_path))
+
+
 def test_preset_is_task_distill_pys():
   c = preset_helpers.load_preset('task_distill', 'task=glue/sst2,augment=on')
   d, a, o = c.distill, c.augment, c.optimizer

@@ -241,6 +241,33 @@ def test_init_from_continues_another_runs_state(data_dir, tmp_path):
   # The schedule continues: lr(4) = peak * (1 - 4 / 6).
   assert records[0]['learning_rate'] == pytest.approx(1e-3 * (1 - 4 / 6),
                                                       rel=1e-5)
+  # Another model size, or another tokenizer of the same size, is refused
+  # by name before a step or a checkpoint.
+  wider = _config(data_dir, init_from=first, **{'model.intermediate_size':
+                                                96})
+  with pytest.raises(train.ResumeError, match=(
+      r"6 parameter\(s\) differ .*\['wi'\]\['kernel'\]: \(32, 64\) "
+      r'there, \(32, 96\) here')):
+    train.train_and_evaluate(wider, str(tmp_path / 'wider'))
+  retokenized = _config(data_dir, init_from=first,
+                        **{'data.tokenizer.model_type': 'bpe'})
+  with pytest.raises(train.ResumeError, match='not the one init_from='):
+    train.train_and_evaluate(retokenized, str(tmp_path / 'retokenized'))
+  for refused in ('wider', 'retokenized'):
+    assert checkpoint_lib.latest_step(
+        str(tmp_path / refused / 'checkpoints')) is None
+
+
+def test_a_start_that_left_no_checkpoint_binds_no_settings(tmp_path):
+  # E.g. one that failed to compile: its run_meta.json holds no run back.
+  cfg = config_lib.demo_config()
+  train.write_json_atomic(str(tmp_path / train.RUN_META),
+                          {'identity': train.run_identity(cfg)})
+  cfg.model.num_layers += 1
+  assert train.check_resume_compatible(str(tmp_path), cfg) is None
+  (tmp_path / 'checkpoints' / '5').mkdir(parents=True)
+  with pytest.raises(train.ResumeError, match='model differ'):
+    train.check_resume_compatible(str(tmp_path), cfg)
 
 
 @pytest.mark.e2e

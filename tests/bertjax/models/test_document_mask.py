@@ -79,6 +79,7 @@ def test_config_allows_it_for_packed_rows_only():
 def _saved(workdir, identity):
   with open(os.path.join(workdir, 'run_meta.json'), 'w') as f:
     json.dump({'identity': identity}, f)
+  os.makedirs(os.path.join(workdir, 'checkpoints', '1'))   # Binds the run.
 
 
 def test_runs_from_before_the_field_resume_at_its_default(tmp_path):
