@@ -319,13 +319,14 @@ class Checkpointer:
     step whose manifest holds but whose restore fails is not corrupt (e.g.
     another model's checkpoint): that error is raised as it is.
     """
-    set_aside = []
     while True:
       step = self._manager.latest_step()
+      # Steps set aside by this start or an earlier one: a run was here.
+      set_aside = storage.listdir(self._directory + CORRUPT_SUFFIX)
       if step is None and set_aside:
         raise CorruptCheckpointError(
             f'no intact checkpoint remains in {self._directory}: steps '
-            f'{set_aside} were unusable and are in '
+            f'{", ".join(set_aside)} were unusable and are in '
             f'{self._directory + CORRUPT_SUFFIX}. Starting over here would '
             'discard them silently: move a step back if you can repair it, '
             'or train in a new --workdir.')
@@ -336,7 +337,6 @@ class Checkpointer:
         sealed = verify(step_dir)
       except CorruptCheckpointError as e:
         self._quarantine(step, str(e), say)
-        set_aside.append(step)
         continue
       try:
         return self.restore(step, abstract_state, data_iterator,
@@ -346,7 +346,6 @@ class Checkpointer:
           raise
         self._quarantine(step, f'{step_dir} has no {MANIFEST} and does not '
                          f'restore ({type(e).__name__}: {e})', say)
-        set_aside.append(step)
 
   def _quarantine(self, step: int, why: str, say: Callable[[str], None]
                   ) -> None:

@@ -99,6 +99,11 @@ def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(data_dir,
                      match='no intact checkpoint'):
     train.train_and_evaluate(_config(data_dir), workdir)
   assert os.path.isdir(os.path.join(workdir, 'checkpoints_corrupt', '4'))
+  # Rerun: the step is set aside already, and still no fresh start.
+  with pytest.raises(checkpoint.CorruptCheckpointError,
+                     match='steps 4 were unusable'):
+    train.train_and_evaluate(_config(data_dir), workdir)
+  assert os.listdir(os.path.join(workdir, 'checkpoints')) == []
 
 
 def _with_nan_batches(monkeypatch, steps):
