@@ -29,9 +29,12 @@ data_augmentation.py do it:
   appears as ``copies`` rewrites in which each word, with probability
   ``augment.replace_prob``, is replaced by one of the ``augment.candidates``
   most likely words of a BERT MLM (``augment.mlm`` : the teacher's
-  pretraining run by default) at that word's position masked. The paper
-  takes MLM candidates for single-piece words and GloVe neighbours for
-  the rest; with no GloVe here, words of several pieces are kept.
+  pretraining run by default) at that word's position masked. Words are
+  the reference's: split at punctuation as BERT's basic tokenizer does,
+  letters a-z only, never one of its English stop words (``not`` stays
+  ``not``). The paper takes MLM candidates for single-piece words and
+  GloVe neighbours for the rest; with no GloVe here, words of several
+  pieces are kept.
 
 Writes ``distilled.json`` (the student's held-out metrics, the task's
 metrics as fine-tuning's ``downstream.json`` has them; no dev scores or
@@ -43,9 +46,12 @@ paper's GLUE tasks; every random draw derives from ``cfg.seed``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
+import re
 from typing import Any
+import unicodedata
 
 import flax
 import flax.linen as nn
@@ -190,13 +196,58 @@ def read_teacher(cfg) -> Teacher:
 # Augmentation: words replaced by a BERT MLM's candidates.
 
 
-def word_spans(ids: np.ndarray, word_starts: np.ndarray
-               ) -> list[tuple[int, int]]:
-  """[start, end) of each word: a word-start piece and the pieces after it."""
-  starts = [i for i in range(len(ids)) if word_starts[i]] or [0]
-  if starts[0]:
-    starts.insert(0, 0)
-  return list(zip(starts, starts[1:] + [len(ids)]))
+# The words data_augmentation.py never replaces: NLTK's English stop words
+# (its StopWordsList), e.g. 'not', whose rewrite would flip a label.
+STOP_WORDS = frozenset("""
+i me my myself we our ours ourselves you you're you've you'll you'd your
+yours yourself yourselves he him his himself she she's her hers herself it
+it's its itself they them their theirs themselves this that that'll these
+those am is are was were be been being have has had having do does did
+doing a an the and but if or because as until while of at by for with about
+against between into through during before after above below to from up
+down in out on off over under again further then once here there all any
+both each few more most other some such no nor not only own same so than
+too very s t can will just don don't should should've now d ll m o re ve y
+ain aren aren't couldn couldn't didn didn't doesn doesn't hadn hadn't hasn
+hasn't haven haven't isn isn't ma mightn mightn't mustn mustn't needn
+needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't
+wouldn wouldn't 's 're""".split())
+
+
+def _is_punctuation(text: str) -> bool:
+  """Every character punctuation as BERT's basic tokenizer splits it off
+  (Unicode P*, and ASCII's other non-alphanumeric symbols)."""
+  return bool(text) and all(
+      unicodedata.category(c).startswith('P') or
+      (c.isascii() and c.isprintable() and not c.isalnum() and c != ' ')
+      for c in text)
+
+
+@functools.cache
+def _piece_tables(tok: tokenizer_lib.Tokenizer) -> tuple[np.ndarray, ...]:
+  """bool [vocab] twice: is the piece punctuation; is it a word the
+  reference rewrites (letters a-z only once lower-cased, not a stop word;
+  ``_is_valid`` and ``StopWordsList``)."""
+  texts = [tok.id_to_piece(i).lstrip('\u2581').lower()
+           for i in range(tok.vocab_size)]
+  special = np.arange(tok.vocab_size) < tokenizer_lib.NUM_SPECIAL
+  punct = np.array([_is_punctuation(t) for t in texts]) & ~special
+  valid = np.array([re.fullmatch('[a-z]+', t) is not None and
+                    t not in STOP_WORDS for t in texts]) & ~special
+  return punct, valid
+
+
+def rewritable_words(ids: np.ndarray,
+                     tok: tokenizer_lib.Tokenizer) -> list[int]:
+  """The positions of the words data_augmentation.py would rewrite with the
+  MLM: words as BERT's basic tokenizer splits them (at word-start pieces,
+  and before and after punctuation), of one piece, valid and no stop word.
+  (Words of several pieces take GloVe neighbours there; none here.)"""
+  punct, valid = _piece_tables(tok)
+  after_punct = np.concatenate([[False], punct[ids[:-1]]])
+  starts = tok.word_starts(ids) | punct[ids] | after_punct
+  ends = np.concatenate([starts[1:], [True]])
+  return np.flatnonzero(starts & ends & valid[ids]).tolist()
 
 
 class MaskedLM:
@@ -243,19 +294,19 @@ class MaskedLM:
 def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
                   replace_prob: float, candidates: int, batch_size: int,
                   rng: np.random.Generator) -> list[list[str]]:
-  """``copies`` rewrites of each text: each single-piece word replaced, with
-  probability ``replace_prob``, by one of the MLM's ``candidates`` most
-  likely words at its position masked (data_augmentation.py's
-  ``augment``); other words, and words past the MLM's window, kept. A
-  rewrite that changed nothing is the text as given."""
+  """``copies`` rewrites of each text: each ``rewritable_words`` word
+  replaced, with probability ``replace_prob``, by one of the MLM's
+  ``candidates`` most likely words at its position masked
+  (data_augmentation.py's ``augment``); other words, and words past the
+  MLM's window, kept. A rewrite that changed nothing is the text as
+  given."""
   tok = mlm.tokenizer
   encoded = tok.encode(texts)
   window = mlm.length - 2   # The MLM sees the text's first pieces only.
   rows, positions, owners = [], [], []
   for t, ids in enumerate(encoded):
-    for start, end in word_spans(ids, tok.word_starts(ids)):
-      if (end - start == 1 and start < window and
-          tok.word_start_table[ids[start]]):
+    for start in rewritable_words(ids, tok):
+      if start < window:
         seen = ids[:window]
         row = np.zeros(mlm.length, np.int32)
         row[0], row[1:len(seen) + 1], row[len(seen) + 1] = (
@@ -272,7 +323,7 @@ def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
     rewrites = []
     for _ in range(copies):
       new = ids.copy()
-      for start, _ in word_spans(ids, tok.word_starts(ids)):
+      for start in rewritable_words(ids, tok):
         if (t, start) in options and rng.random() < replace_prob:
           new[start] = rng.choice(options[(t, start)])
       # A copy that changed no word is the text itself.

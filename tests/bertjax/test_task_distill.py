@@ -4,6 +4,7 @@ fine-tuned teacher distilled into a student in two stages, resumed."""
 import dataclasses
 import json
 import os
+import re
 
 import flax
 import jax
@@ -53,28 +54,38 @@ def _config(pretrained, tasks, teacher, **fields):
   return cfg
 
 
-def test_mlm_rewrites_replace_single_piece_words_only(pretrained):
+def _reference_words(text, tok):
+  """data_augmentation.py's MLM words, by its own rules: BERT's basic
+  tokens of ``text`` (punctuation split off), valid, no stop word, and of
+  one piece."""
+  words = re.findall(r'[a-z0-9]+|[^\sa-z0-9]', text.lower())
+  return [w for w in words if re.fullmatch('[a-z]+', w) and
+          w not in task_distill.STOP_WORDS and len(tok.encode([w])[0]) == 1]
+
+
+def test_mlm_rewrites_replace_the_references_words_only(pretrained):
   mlm = task_distill.MaskedLM(pretrained, 16)
   tok = mlm.tokenizer
-  texts = ['the module returns a string', 'alpha beta gamma delta file']
+  texts = ['the module returns a string, not a value.',
+           'alpha beta gamma delta file']
   rng = np.random.default_rng(0)
   out = task_distill.augment_texts(texts, mlm, 6, 1.0, 3, 4, rng)
   assert [len(r) for r in out] == [6, 6]
   for text, rewrites in zip(texts, out):
     ids = tok.encode([text])[0]
-    spans = task_distill.word_spans(ids, tok.word_starts(ids))
+    chosen = task_distill.rewritable_words(ids, tok)
+    assert [tok.decode([ids[i]]) for i in chosen] == (
+        _reference_words(text, tok))
     for rewrite in rewrites:
       new = tok.encode([rewrite])[0]
-      # With probability 1 every single-piece word is a candidate: a word,
-      # never a special; words of several pieces are kept as they are.
-      for start, end in spans:
-        if end - start > 1:
-          assert tok.decode(ids[start:end]) in rewrite
+      # With probability 1 each chosen word is a candidate: a word, never
+      # a special; stop words and punctuation stay.
       assert not set(new.tolist()) & {0, 1, 2, 3, 4}
-    replaceable = [a for a, b in spans
-                   if b - a == 1 and tok.word_start_table[ids[a]]]
-    assert any(r != text for r in rewrites) == bool(replaceable)
-    assert replaceable or text == texts[1]
+      if text == texts[0]:
+        assert re.search(r'^the .*, not a .*\.$', rewrite), rewrite
+    assert any(r != text for r in rewrites) == bool(chosen)
+  # Words before punctuation too.
+  assert _reference_words(texts[0], tok) == ['module', 'string', 'value']
   # Deterministic in the generator's seed.
   again = task_distill.augment_texts(texts, mlm, 6, 1.0, 3, 4,
                                      np.random.default_rng(0))
