@@ -146,8 +146,10 @@ def choose_ngrams(words: units.Words, budget: np.ndarray, counters: Counters,
 def _ngram_attempts(order, cdf, counters: Counters, begin: int, end: int):
   """Attempts begin..end - 1: start words [B, N] and n ~ 1/n over 1..max_n.
 
-  An n-gram reaching past the end of its run of words is cut there
-  (ALBERT's slice of the candidate list, shortened).
+  An n-gram reaching past the end of its run of words is cut there. ALBERT
+  slices its candidate list, which skips [CLS] and [SEP], so its n-grams
+  are cut only at the sequence's end and may run from one segment into
+  the next; here they stop at [SEP] (a departure).
   """
   starts = order[:, begin:end]
   u = counters.uniform(Stream.MASK_UNIT_LENGTH, starts)
