@@ -720,6 +720,11 @@ class Steps(NamedTuple):
   predict: Callable[[Any, dict], jax.Array]
 
 
+def warmup_steps(cfg, total_steps: int) -> int:
+  """run_classifier.py's ``int(num_train_steps * warmup_proportion)``."""
+  return int(cfg.optimizer.warmup_proportion * total_steps)
+
+
 def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
                unfreeze_every: int) -> Steps:
   """``model``'s steps with ``cfg``'s optimizer over ``total_steps`` (its
@@ -727,8 +732,8 @@ def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
   train (gradual unfreezing: those reached so far)."""
   schedule_cfg = ml_collections.ConfigDict({
       'total_steps': total_steps,
-      'optimizer': dict(cfg.optimizer.to_dict(), warmup_steps=round(
-          cfg.optimizer.warmup_proportion * total_steps))})
+      'optimizer': dict(cfg.optimizer.to_dict(),
+                        warmup_steps=warmup_steps(cfg, total_steps))})
   tx, schedule = optim.make_optimizer(schedule_cfg)
   root_key = jax.random.key(cfg.seed)
   dropout_root = jax.random.fold_in(root_key, _DROPOUT_KEY)

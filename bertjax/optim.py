@@ -103,7 +103,13 @@ def spanbert_schedule(peak_learning_rate: float, warmup_steps: int,
   ``step_update``) as its trainer steps it. The scheduler first sets the lr
   after the first update, so update 0 runs at the optimizer's initial lr,
   the peak; update ``t >= 1`` at ``peak * t / W`` up to ``t = W``, then
-  ``peak * (1 - t / T)`` (decay measured from step 0, as BERT's)."""
+  ``peak * (1 - t / T)`` (decay measured from step 0, as BERT's).
+
+  Not reproduced: at each epoch's end its train.py calls ``lr_step``, which
+  sets the lr to ``warmup_factor * peak`` (the peak once warmed up) and is
+  undone only by the next ``step_update``, so the first update of every
+  epoch after the first runs at the peak. That is one update per pass
+  over the corpus; here it takes the schedule's rate, as every other."""
   def schedule(t):
     t = jnp.asarray(t, jnp.float32)
     warmup = peak_learning_rate * t / max(warmup_steps, 1)

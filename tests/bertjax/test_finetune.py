@@ -178,6 +178,12 @@ def test_batch_rows_visit_every_row_once_per_epoch():
       [finetune.batch_rows(8, s, 103, 10) for s in range(10)]))
 
 
+def test_warmup_is_run_classifiers_truncated_proportion():
+  cfg = finetune.base_config()   # warmup_proportion 0.1.
+  assert [finetune.warmup_steps(cfg, n) for n in (9, 10, 19, 9819)] == (
+      [0, 1, 1, 981])
+
+
 def _log_softmax(x):
   x = x - x.max(-1, keepdims=True)
   return x - np.log(np.exp(x).sum(-1, keepdims=True))
