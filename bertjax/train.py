@@ -493,8 +493,10 @@ def make_steps(cfg, task: objectives.Task, global_spec: dict) -> Steps:
         cfg.divergence.spike_window,
         restart=jnp.isin(state.step, jnp.asarray(task.stage_starts,
                                                  jnp.int32)))
+    # The optimizer's own count, which a skipped step did not advance.
+    applied = state.step - state.health['skipped_steps']
     metrics = dict(sums, loss=loss, grad_norm=grad_norm,
-                   learning_rate=schedule(state.step), health=health)
+                   learning_rate=schedule(applied), health=health)
     return TrainState(state.step + 1, params, opt_state, health), metrics
 
   def eval_step(params, batch):

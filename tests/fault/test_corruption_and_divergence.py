@@ -157,6 +157,10 @@ def test_nan_steps_are_skipped_and_counted(data_dir, tmp_path, monkeypatch,
   assert [records[s]['skipped_steps'] for s in (5, 6, 7, 8, 12)] == [
       0, 1, 2, 2, 2]
   assert np.isnan(records[6]['loss']) and np.isfinite(records[8]['loss'])
+  # The schedule waits with the optimizer: steps 6-8 each log the rate
+  # step 6 would have applied, and the decay goes on from there.
+  lr = [records[s]['learning_rate'] for s in range(5, 10)]
+  assert lr[0] > lr[1] == lr[2] == lr[3] > lr[4]
   assert all(np.isfinite(r['grad_norm']) for s, r in records.items()
              if s not in (6, 7))
   assert 'step(s) with a non-finite loss or gradient' in capsys.readouterr(
