@@ -31,9 +31,10 @@ def _coverage(num_seeds, seed_sd, truth=0.05, trials=400, **kwargs):
   return covered / trials
 
 
-@pytest.mark.parametrize('num_seeds', [3, 10])
+@pytest.mark.parametrize('num_seeds', [2, 3, 10])
 def test_paired_interval_covers_the_true_difference(num_seeds):
-  # 95% nominal; the binomial sd of a rate over 400 trials is 1.1%.
+  # 95% nominal; the binomial sd of a rate over 400 trials is 1.1%. (2
+  # seeds: 0.90 without the per-seed t floor.)
   assert 0.92 <= _coverage(num_seeds, seed_sd=0.05) <= 0.98
 
 
