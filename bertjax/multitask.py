@@ -44,8 +44,10 @@ One optimizer state over all parameters, one train step compiled per task.
 A step updates only the leaves its task reads (the encoder, the pooler for
 a sentence-level task, its own head): the other heads' parameters take no
 step and their Adam moments are not advanced (``optax.tree_utils.
-tree_map_params`` keeps their old state), the semantics of PyTorch's
-optimizers, which skip a parameter whose gradient is None. Why not apply
+tree_map_params`` keeps their old state), the semantics of today's
+PyTorch optimizers, which skip a parameter whose gradient is None (MT-DNN's
+own code, on torch 1.1, zeroed gradients instead, so its BertAdam went on
+moving an unsampled head by momentum and weight decay). Why not apply
 the update to every leaf with zero gradients: decoupled weight decay
 (``wd * param``) and the momentum of earlier steps would still move a head
 whose task was not sampled, and its moments would decay towards zero while
@@ -99,7 +101,8 @@ RESULT = 'multitask.json'
 META = finetune.MULTITASK_META
 _say = train_lib.say  # Process 0 prints.
 # Keys split once from the seed, as finetune's (the same numbers: task 0's
-# model is initialised and dropped out exactly as a single-task run's).
+# model is initialised exactly as a single-task run's; dropout follows the
+# global step, so its masks differ once another task has stepped).
 _INIT_KEY, _DROPOUT_KEY = 1, 2
 _MIX_KEY = 5              # The order of the tasks' steps in each block.
 _SENTENCE_KINDS = ('classification', 'regression')

@@ -60,7 +60,14 @@ Departures:
   README's command takes it over every token), as the MLM head projects
   only the masked positions onto the vocabulary;
 - tokens to mask are chosen uniformly, not with the XLM-style smoothing
-  towards rare tokens of Hugging Face's distiller (``mlm_smoothing`` 0.7);
+  towards rare tokens of Hugging Face's distiller (``mlm_smoothing`` 0.7),
+  each row taking round(0.15 x its tokens) (the distiller takes
+  ceil(0.15 x the batch's tokens) over the whole batch), and [UNK] may be
+  masked (the distiller never masks a special id);
+- the student's position embeddings train. The distiller's student config
+  sets ``sinusoidal_pos_embds``, which in the transformers of its time
+  froze the position table (``requires_grad=False``), so its student kept
+  the teacher's positions as loaded; transformers 5 leaves them trainable;
 - the teacher's layers 0, 2, 4, 7, 9, 11 are extract_distilbert.py's; the
   paper says "one layer out of two".
 """
