@@ -61,11 +61,16 @@ from data_pipelines import tokenizer as tokenizer_lib
 # a hash of their keys); a document's index counts raw documents
 # (corpus.raw_documents), those with no text included.
 # 2.1.0: a 'capitalized' feature (tokenizer.capitalized_words) per token.
-FORMAT_VERSION = '2.1.0'
+# 2.1.1: in corpora with spans, a sentence's leading bare "▁" is placed with
+# the token after it (Tokenizer.encode_with_offsets), so it joins the first
+# word instead of being a word of its own (in a non-ASCII sentence it took
+# the first character's place).
+FORMAT_VERSION = '2.1.1'
 # Formats whose documents, order and indices are this one's (a later one
-# only added a field): a checkpoint trained on one resumes on the batches it
-# would have seen.
-SAME_BATCHES_FORMATS = ('2.0.0', FORMAT_VERSION)
+# only added a field, or changed only a leading "▁"'s word flag in corpora
+# with spans): a checkpoint trained on one resumes on the batches it would
+# have seen (on a corpus with word spans, but for those flags).
+SAME_BATCHES_FORMATS = ('2.0.0', '2.1.0', FORMAT_VERSION)
 FEATURES = shards.FEATURES
 ARRAY_RECORD_OPTIONS = shards.ARRAY_RECORD_OPTIONS
 DocumentIndex = shards.DocumentIndex

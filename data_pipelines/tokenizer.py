@@ -112,7 +112,8 @@ class Tokenizer:
     A piece's text may start with the space that precedes its word, so a
     token is placed by its last character: ``ends[i] - 1`` lies inside the
     token's own text. A piece of whitespace alone (a bare "▁" before an
-    unknown character, say) is placed with the token after it. Offsets count
+    unknown character, or the dummy "▁" before a first word that has no
+    "▁"-piece of its own) is placed with the token after it. Offsets count
     characters of the sentence (not bytes).
     """
     out = []
@@ -120,11 +121,13 @@ class Tokenizer:
         list(sentences), return_type='proto', num_threads=num_threads)):
       ids = np.array([p.id for p in proto.pieces], np.int32)
       ends = np.array([p.end for p in proto.pieces], np.int64)  # Bytes.
-      if not sentence.isascii():  # Bytes -> characters.
+      if not sentence.isascii():  # Bytes -> characters (0 stays 0).
         char_bytes = np.array([len(c.encode()) for c in sentence], np.int64)
-        ends = np.searchsorted(np.cumsum(char_bytes), ends) + 1
+        ends = np.where(ends > 0, np.searchsorted(np.cumsum(char_bytes),
+                                                  ends) + 1, 0)
+      # SentencePiece's dummy "▁" before the first word ends at 0.
       for i in range(len(ends) - 2, -1, -1):
-        if sentence[ends[i] - 1].isspace():
+        if ends[i] == 0 or sentence[ends[i] - 1].isspace():
           ends[i] = ends[i + 1]
       out.append((ids, ends))
     return out

@@ -5,6 +5,7 @@ import collections
 import numpy as np
 import pytest
 
+from data_pipelines import annotations
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import downstream
 from data_pipelines import tokenizer as tokenizer_lib
@@ -183,11 +184,35 @@ def test_token_char_spans(tok):
   ids, ends = tok.encode_with_offsets([text])[0]
   starts, ends = downstream.token_char_spans(text, ends)
   assert starts[0] == 0 and ends[0] >= 1
+  # Also in a sentence with a character of several bytes after it: the
+  # spans before that character are the ASCII sentence's.
+  text, twin = 'able sockets close.', 'able sockets close \u00e9.'
+  ids, ends = tok.encode_with_offsets([text])[0]
+  starts, ends = downstream.token_char_spans(text, ends)
+  twin_ids, twin_ends = tok.encode_with_offsets([twin])[0]
+  twin_starts, twin_ends = downstream.token_char_spans(twin, twin_ends)
+  assert tok.id_to_piece(int(ids[0])) == '\u2581'   # Bare, before 'able'.
+  assert twin_ids[:4].tolist() == ids[:4].tolist()
+  assert twin_starts[:4].tolist() == starts[:4].tolist()
+  assert twin_ends[:4].tolist() == ends[:4].tolist()
+
+
+def test_a_leading_bare_piece_joins_the_first_word_span(tok):
+  # Pretraining data with word spans places tokens by these offsets too.
+  text = 'able sockets close.'
+  ids, ends = tok.encode_with_offsets([text])[0]
+  assert tok.id_to_piece(int(ids[0])) == '\u2581'
+  spans = [(0, 4, 'word'), (5, 12, 'word'), (13, 19, 'word')]
+  word_starts, _ = annotations.token_labels(ends, spans,
+                                            tok.word_starts(ids))
+  assert word_starts[:2].tolist() == [True, False]   # "▁" + "able".
+  assert word_starts.sum() == 3
 
 
 def test_encode_tokens_labels_the_first_word(tok):
-  # 'When' starts with a bare "▁" piece in this vocabulary: it gets the label.
-  out = downstream.encode('token', [{'words': ['When', 'the', 'socket'],
+  # 'Quiet' starts with a bare "▁" piece in this vocabulary: it gets the
+  # label.
+  out = downstream.encode('token', [{'words': ['Quiet', 'the', 'socket'],
                                      'labels': [4, 5, 6]}], tok, 16)
   positions = np.flatnonzero(out['labels'][0] != -1)
   assert out['labels'][0][positions].tolist() == [4, 5, 6]
