@@ -126,7 +126,9 @@ def base_config() -> ml_collections.ConfigDict:
                                   # set, scored at the end (dev_metrics): for
                                   # choosing settings without the eval set.
   c.max_seq_length = 128
-  c.doc_stride = 128              # span: overlap of a long context's windows.
+  c.doc_stride = 128              # span: tokens between the starts of a long
+                                  # context's windows (less than a window's
+                                  # context, so that windows overlap).
   c.max_query_length = 64
   c.max_answer_length = 30
   c.mode = 'full'                 # MODES
@@ -214,6 +216,17 @@ def validate(cfg, check_init: bool = True) -> None:
   check(cfg.task.name != 'files' or cfg.task.kind in heads.KINDS,
         f'task.kind={cfg.task.kind!r}; task.name=files needs one of '
         f'{heads.KINDS}.')
+  kind = (cfg.task.kind if cfg.task.name == 'files'
+          else downstream.tfds_kind(cfg.task.name))
+  context = cfg.max_seq_length - cfg.max_query_length - 3
+  check(kind != 'span' or 0 < cfg.doc_stride < context,
+        f'doc_stride={cfg.doc_stride} with max_seq_length='
+        f'{cfg.max_seq_length} and max_query_length={cfg.max_query_length}: '
+        f'a window may hold as few as {context} context tokens (under a '
+        'question of max_query_length), and windows that do not overlap '
+        'lose every answer across their boundary. Use '
+        'a doc_stride below that (run_squad.py: max_seq_length=384, '
+        'doc_stride=128, max_query_length=64).')
   if check_init and cfg.init and not (
       storage.isdir(cfg.init) and checkpoint_lib.latest_step(
           os.path.join(cfg.init, 'checkpoints')) is not None):

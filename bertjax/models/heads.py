@@ -11,7 +11,9 @@ Devlin et al. (2019), Sec. 4 and google-research/bert:
 - ``token``: dropout and a linear layer on every token's state (labels sit
   on each word's first sub-token).
 - ``span``: start and end vectors S, E: a token's start (end) logit is its
-  state's dot product with S (E), one linear layer of 2 outputs.
+  state's dot product with S (E), one linear layer of 2 outputs, with no
+  dropout before it (run_squad.py's, and transformers'
+  ``BertForQuestionAnswering``).
 
 With ``layer_mix`` the head reads a learned weighted sum of every layer's
 output (the embeddings' included), gamma * sum_j softmax(w)_j h_j, as
@@ -105,5 +107,7 @@ class DownstreamModel(nn.Module):
       else:
         x = x[:, 0]
       x = jnp.tanh(self.pooler(x))
-    logits = self.classifier(self.dropout(x, deterministic=deterministic))
+    if self.kind != 'span':   # run_squad.py's logits read the states as
+      x = self.dropout(x, deterministic=deterministic)   # they are.
+    logits = self.classifier(x)
     return logits.astype(jnp.float32)

@@ -61,6 +61,7 @@ from data_pipelines.downstream.metrics import spearman
 from data_pipelines.downstream.tasks import Task
 from data_pipelines.downstream.tfds import load_tfds
 from data_pipelines.downstream.tfds import TFDS_TASKS
+from data_pipelines.downstream.tfds import tfds_kind
 
 __all__ = [
     'EMBEDDED_NAME', 'EMBEDDED_TOP4_NAME', 'IGNORE', 'KINDS', 'METRICS',
@@ -68,5 +69,5 @@ __all__ = [
     'embedded_top4_task', 'encode', 'entity_chunks',
     'entity_f1', 'evaluate', 'exact_match', 'f1', 'load_files', 'load_tfds',
     'matthews', 'normalize_answer', 'pearson', 'span_f1', 'span_predictions',
-    'spearman', 'token_char_spans', 'truncate_pair',
+    'spearman', 'tfds_kind', 'token_char_spans', 'truncate_pair',
 ]

@@ -50,6 +50,11 @@ _TFDS_TASKS = {
 TFDS_TASKS = tuple(_TFDS_TASKS)
 
 
+def tfds_kind(name: str) -> str:
+  """The kind of the TFDS task ``name`` ('' if it is not one)."""
+  return _TFDS_TASKS[name].kind if name in _TFDS_TASKS else ''
+
+
 def _read_tfds_split(name: str, split: str, data_dir: str | None
                      ) -> list[dict]:
   """Every record of a TFDS split as numpy (strings are bytes)."""

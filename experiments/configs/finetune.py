@@ -17,6 +17,9 @@ Appendix A.3): batch 32, 3 epochs, peak lr 2e-5 (the paper searches
 (Houlsby et al. 2019 search {3e-5 .. 3e-3}; a fixed encoder tolerates a
 large rate), with adapters of 64.
 
+SQuAD takes run_squad.py's windows (max_seq_length 384, doc_stride 128,
+max_query_length 64) and the paper's SQuAD v1.1 rate, 5e-5.
+
 Reference code: google-research/bert run_classifier.py (``create_model``:
 the pooled [CLS] output, dropout, one linear layer; optimization.py
 ``create_optimizer`` with 10% warmup) and run_squad.py (the span head).
@@ -48,6 +51,10 @@ def get_config(arg=None):
     c.num_epochs = 8.0
     c.optimizer.learning_rate = 1e-3 if head_only else 2e-4
     c.log_every_steps = 20
+  elif c.task.name == 'squad':
+    # run_squad.py's windows; the paper's SQuAD v1.1 rate (A.3, Sec. 4.2).
+    c.max_seq_length, c.doc_stride = 384, 128
+    c.optimizer.learning_rate = 1e-3 if head_only else 5e-5
   elif head_only:
     c.optimizer.learning_rate = 1e-3
   return c

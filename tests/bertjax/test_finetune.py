@@ -18,6 +18,7 @@ from bertjax import finetune
 from bertjax import storage
 from bertjax.models import bert as bert_lib
 from bertjax.models import heads
+import preset_helpers
 
 SMALL = bert_lib.BertConfig(vocab_size=128, hidden_size=16, num_layers=3,
                             num_heads=2, intermediate_size=32,
@@ -139,6 +140,23 @@ def test_mean_pooling_averages_the_real_tokens():
   np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize('kind, dropped', [('classification', True),
+                                           ('token', True), ('span', False)])
+def test_dropout_before_the_head_except_for_spans(kind, dropped):
+  # run_squad.py's start/end logits read the final states as they are.
+  model = heads.DownstreamModel(SMALL, kind, 2)
+  ids = jnp.asarray(np.random.default_rng(3).integers(5, 128, (2, 8)))
+  mask = jnp.ones_like(ids)
+  params = nn.unbox(model.init(jax.random.key(0), ids, ids * 0, mask)
+                    )['params']
+  _, state = model.apply(
+      {'params': params}, ids, ids * 0, mask, False,
+      rngs={'dropout': jax.random.key(1)}, mutable=['intermediates'],
+      capture_intermediates=lambda m, _: m.name == 'dropout')
+  # The head's own dropout is the top level's (the encoder's are nested).
+  assert ('dropout' in state['intermediates']) == dropped
+
+
 def test_adapters_start_near_identity():
   """Adapters (std 1e-3 weights) barely move a pretrained network at init;
   with their up-projection zeroed they are the identity exactly."""
@@ -230,6 +248,21 @@ def test_task_losses_match_references():
       finetune.task_loss('span', span_logits, {
           'attention_mask': mask, 'start_positions': start,
           'end_positions': end}), expected, rtol=1e-6)
+
+
+def test_span_windows_that_cannot_overlap_are_refused():
+  cfg = finetune.base_config()   # 128 tokens, doc_stride 128, question 64.
+  cfg.task.name, cfg.task.kind, cfg.init = 'files', 'span', 'a run'
+  with pytest.raises(finetune.FinetuneError, match=(
+      'doc_stride=128 .* as few as 61 context tokens')):
+    finetune.validate(cfg, check_init=False)
+  cfg.max_seq_length = 384   # run_squad.py's, as the preset takes it.
+  finetune.validate(cfg, check_init=False)
+  squad = preset_helpers.load_preset('finetune', 'task=squad')
+  squad.init = 'a run'
+  finetune.validate(squad, check_init=False)
+  assert (squad.max_seq_length, squad.doc_stride, squad.max_query_length,
+          squad.optimizer.learning_rate) == (384, 128, 64, 5e-5)
 
 
 def test_bad_config_fails_before_any_work(tmp_path):
@@ -438,7 +471,7 @@ def test_a_pretrained_run_and_a_workdir_in_a_bucket(pretrained, tasks, full,
 def test_regression_and_span_tasks(pretrained, tasks, tmp_path, kind,
                                    metrics):
   result = _run(pretrained, tasks, tmp_path / kind, 'full', kind=kind,
-                max_seq_length=24)
+                max_seq_length=24, doc_stride=8, max_query_length=8)
   assert result['kind'] == kind and set(result['metrics']) == metrics
   if kind == 'regression':   # One held-out prediction per example.
     assert len(result['eval_predictions']) == len(result['eval_labels'])
