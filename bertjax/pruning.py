@@ -11,10 +11,11 @@ kept layers has only those. experiments/compress.py writes either as a
 workdir that fine-tuning, export and further training start from.
 
 Head importance (Michel et al. Sec. 4.1, and their code): each head's
-output is multiplied by a gate xi_h = 1, and I_h = |sum over the data of
-dL/dxi_h|, accumulated one batch at a time (transformers' bertology
-example; the paper writes the absolute value per example), then divided
-by the L2 norm of its layer's scores (the paper's Sec. 4.1 normalisation).
+output is multiplied by a gate xi_h = 1, and I_h = sum over the batches b
+of |dL_b/dxi_h|, the absolute value of each batch's gradient (the paper's
+code takes it per example and token, transformers' bertology example of a
+running total), then divided by the L2 norm of its layer's scores (the
+paper's Sec. 4.1 normalisation).
 """
 
 from __future__ import annotations
