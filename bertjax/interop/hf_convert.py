@@ -529,6 +529,11 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
     params = objectives.get(cfg.objective.name).encoder_params(params)
   params = pruning.zero_filled(_unscanned(params, model_cfg.num_layers),
                                model_cfg)
+  if family == 'albert':
+    albert_groups_check(model_cfg.num_layers,
+                        model_cfg.num_layer_groups or model_cfg.num_layers)
+    if not model_cfg.factorized:
+      params = _with_identity_projection(params, model_cfg.hidden_size)
   state = {}
   for hf, path, conversion in rules(family, _dims(cfg, model_cfg), part):
     value = _to_hf(_get(params, path), conversion, vocab_size)
@@ -542,6 +547,34 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
     state['cls.predictions.dense.weight'] = np.zeros((0, vocab_size),
                                                      np.float32)
   return state
+
+
+def albert_groups_check(num_layers: int, num_groups: int) -> None:
+  """Raises ConversionError where transformers' ALBERT would share other
+  layers than bertjax: its ``AlbertTransformer`` takes layer i's group as
+  ``int(i / (N / G))`` in floating point, bertjax as floor(i G / N)
+  exactly, and the two differ for some counts (N=18, G=14: layer 9)."""
+  exact = [i * num_groups // num_layers for i in range(num_layers)]
+  theirs = [int(i / (num_layers / num_groups)) for i in range(num_layers)]
+  differ = [i for i in range(num_layers) if exact[i] != theirs[i]]
+  if differ:
+    raise ConversionError(
+        f'{num_layers} layers in {num_groups} groups: transformers\' '
+        f'AlbertTransformer puts layer(s) {differ} in group(s) '
+        f'{[theirs[i] for i in differ]}, bertjax in '
+        f'{[exact[i] for i in differ]} (its float rounding); the model '
+        'would be another one there. Use a group count that divides the '
+        'layers.')
+
+
+def _with_identity_projection(params: dict, hidden_size: int) -> dict:
+  """``params`` with an identity ``embeddings/projection``: transformers'
+  ALBERT always maps its embeddings through one, where a bertjax model
+  whose embeddings are hidden_size wide has none."""
+  embeddings = dict(params['embeddings'], projection={
+      'kernel': np.eye(hidden_size, dtype=np.float32),
+      'bias': np.zeros((hidden_size,), np.float32)})
+  return dict(params, embeddings=embeddings)
 
 
 def _model_config(cfg, vocab_size: int):
@@ -1000,6 +1033,8 @@ def _config_from_hf(hf: dict, family: str, generator_hf: dict | None):
                             'bertjax shares whole layers (1).')
     cfg.model.embedding_size = hf['embedding_size']
     cfg.model.num_layer_groups = hf.get('num_hidden_groups', 1)
+    albert_groups_check(hf['num_hidden_layers'],
+                        cfg.model.num_layer_groups)
     if cfg.model.embedding_size == cfg.model.hidden_size:
       raise ConversionError('an ALBERT checkpoint with embedding_size == '
                             'hidden_size: bertjax has no projection then.')

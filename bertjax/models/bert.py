@@ -85,7 +85,10 @@ class BertConfig:
   # ALBERT: embedding width E (0 = hidden_size, no projection), and the
   # number of distinct layers, each shared by consecutive layers (0 = none
   # shared; 1 = ALBERT's all-shared default). Layer i uses group
-  # floor(i * groups / num_layers), as albert's modeling.py.
+  # floor(i * groups / num_layers) exactly; albert's modeling.py and
+  # transformers compute it in floating point, each differing from it for
+  # some counts (never where the groups divide the layers), and the export
+  # refuses those (hf_convert.albert_groups_check).
   embedding_size: int = 0
   num_layer_groups: int = 0
   # MobileBERT (Sun et al., 2020). The embedding: the word table

@@ -459,3 +459,42 @@ def test_a_failed_upload_to_a_bucket_leaves_no_export(runs, gcs_bucket,
   hf_convert.export_run(runs['bert'], out)   # The retry is not refused.
   assert storage.exists(f'{out}/config.json')
   storage.rmtree(out)
+
+
+def test_albert_sharing_without_factorization_exports_an_identity_projection():
+  # transformers' ALBERT always has embedding_hidden_mapping_in; a bertjax
+  # model of hidden-wide embeddings has none, and exports it as identity.
+  import preset_helpers  # pylint: disable=g-import-not-at-top
+  cfg = preset_helpers.load_preset('albert', 'size=base')
+  preset_helpers.set_fields(cfg, {**preset_helpers.TINY,
+                                  'model.num_layers': 3,
+                                  'model.embedding_size': 0})
+  params = preset_helpers.random_bert_params(cfg, VOCAB, 0.05)
+  state = hf_convert.hf_state_dict(params, cfg, 'albert', VOCAB)
+  model = transformers.AlbertForPreTraining(transformers.AlbertConfig(
+      **hf_convert.hf_config(cfg, 'albert', VOCAB)))
+  info = model.load_state_dict({k: torch.tensor(v) for k, v in state.items()},
+                               strict=False)
+  assert not info.unexpected_keys
+  # The decoder's bias is predictions.bias itself (tied).
+  assert not [k for k in info.missing_keys if 'position_ids' not in k
+              and k != 'predictions.decoder.bias']
+  model.eval()
+  ids, types, mask = _batch()
+  ours = _bertjax_logits(hf_convert.Imported('albert', cfg, params, VOCAB),
+                         ids, types, mask)
+  theirs = _hf_logits(model, 'albert', ids, types, mask)
+  real = mask.astype(bool)
+  np.testing.assert_allclose(ours['logits'][real], theirs['logits'][real],
+                             rtol=0, atol=1e-4)
+  np.testing.assert_allclose(ours['nsp'], theirs['nsp'], rtol=0, atol=1e-4)
+
+
+def test_albert_groups_transformers_would_share_otherwise_are_refused():
+  for layers, groups in ((12, 1), (12, 4), (24, 6), (3, 3)):
+    hf_convert.albert_groups_check(layers, groups)
+  # int(9 / (18 / 14)) is 6 in floating point; floor(9 * 14 / 18) is 7.
+  with pytest.raises(hf_convert.ConversionError,
+                     match=r'layer\(s\) \[9\] in group\(s\) \[6\], bertjax '
+                     r'in \[7\]'):
+    hf_convert.albert_groups_check(18, 14)
