@@ -335,9 +335,10 @@ def _mobilebert_layer(hf: str, path: tuple[str, ...], dims: dict
     # The stacked FFNs, then the last one under the layer's own names.
     ffn = f'{hf}.ffn.{i}.' if i < last else f'{hf}.'
     intermediate, output = f'{ffn}intermediate', f'{ffn}output'
-    yield from _dense(f'{intermediate}.dense', path + (f'ffn_{i}', 'wi'))
-    yield from _dense(f'{output}.dense', path + (f'ffn_{i}', 'wo'))
-    yield from _norm(f'{output}.LayerNorm', path + (f'ffn_{i}_norm',),
+    name = 'ffn' if dims.get('one_ffn_names') else f'ffn_{i}'
+    yield from _dense(f'{intermediate}.dense', path + (name, 'wi'))
+    yield from _dense(f'{output}.dense', path + (name, 'wo'))
+    yield from _norm(f'{output}.LayerNorm', path + (f'{name}_norm',),
                      no_norm)
   if dims['bottleneck']:
     yield from _dense(f'{hf}.output.bottleneck.dense',
@@ -510,6 +511,8 @@ def _dims(cfg, model_cfg) -> dict:
           'key_query_shared': (model_cfg.bottleneck
                                and model_cfg.key_query_shared_bottleneck),
           'ffns': model_cfg.num_feedforward_networks,
+          # EncoderLayer's FFN names (ffn, ffn_norm), else MobileBertLayer's.
+          'one_ffn_names': not model_cfg.mobilebert_layers,
           'decoder_extra': bool(model_cfg.decoder_extra_width)}
   if cfg.objective.name == electra_objective.NAME:
     _, generator = electra_objective.model_configs(

@@ -22,11 +22,13 @@ import preset_helpers
 
 VOCAB = 100          # Not a multiple of 128: bertjax pads its tables.
 LENGTH = 16
-# The paper's two students in miniature: 2 layers, H 64, I 16, E 16.
+# The paper's two students in miniature: 2 layers, H 64, I 16, E 16; and
+# the trigram and NoNorm on plain layers (no bottleneck, one FFN).
 VARIANTS = {
     'mobilebert': dict(key_query_shared_bottleneck=True,
                        num_feedforward_networks=3),
     'tiny': dict(bottleneck_attention=True, num_feedforward_networks=2),
+    'plain': dict(intra_bottleneck_size=0, num_feedforward_networks=1),
 }
 HEADS = {'cls.predictions.transform.dense.weight',
          'cls.predictions.transform.dense.bias',
@@ -38,11 +40,11 @@ HEADS = {'cls.predictions.transform.dense.weight',
 
 def _config(variant):
   cfg = config_lib.demo_config()
-  cfg.model.update(num_layers=2, hidden_size=64, num_heads=2,
-                   intermediate_size=32, max_position_embeddings=40,
-                   embedding_size=16, trigram_input=True,
-                   intra_bottleneck_size=16, normalization='no_norm',
-                   hidden_act='relu', **VARIANTS[variant])
+  cfg.model.update(**{**dict(
+      num_layers=2, hidden_size=64, num_heads=2, intermediate_size=32,
+      max_position_embeddings=40, embedding_size=16, trigram_input=True,
+      intra_bottleneck_size=16, normalization='no_norm', hidden_act='relu'),
+                      **VARIANTS[variant]})
   cfg.data.max_seq_length = 32
   return cfg
 
@@ -97,11 +99,14 @@ def test_config_is_the_variants(exported):
   assert config['architectures'] == ['MobileBertForPreTraining']
   assert config['model_type'] == 'mobilebert'
   assert (config['key_query_shared_bottleneck'],
-          config['use_bottleneck_attention']) == (
-              (True, False) if variant == 'mobilebert' else (False, True))
+          config['use_bottleneck_attention'], config['use_bottleneck']) == {
+              'mobilebert': (True, False, True), 'tiny': (False, True, True),
+              'plain': (False, False, False)}[variant]
+  if variant != 'plain':   # No bottleneck: the field is unread.
+    assert config['intra_bottleneck_size'] == 16
   assert (config['normalization_type'], config['hidden_act'],
-          config['embedding_size'], config['intra_bottleneck_size'],
-          config['trigram_input']) == ('no_norm', 'relu', 16, 16, True)
+          config['embedding_size'], config['trigram_input']) == (
+              'no_norm', 'relu', 16, True)
 
 
 def test_transformers_loads_it_and_agrees(exported):
