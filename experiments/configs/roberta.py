@@ -32,7 +32,15 @@ cross-entropy over the masked tokens, divided by their number).
 Departures: the vocabulary is a 50,265-piece SentencePiece BPE trained on
 the corpus, not GPT-2's byte-level BPE; at most 80 predictions per 512-token
 row (15% of 512 is 76.8, so the cap never binds); the MLM mean divides by
-the count + 1e-5 (BERT's), fairseq's by the count.
+the count + 1e-5 (BERT's), fairseq's by the count. From fairseq's
+MaskTokensDataset and model: a row masks round(0.15 n) tokens (fairseq
+int(0.15 n + u), u ~ U[0, 1): 76 or 77 at 512), never [CLS], [SEP] or
+padding (fairseq may mask <s> and </s>), and replaces with a uniform draw
+that excludes [MASK] (fairseq's may draw <mask>); the model keeps BERT's
+2-row token-type table (every row reads row 0, a learned constant fairseq
+does not have) and truncated-normal initialisation (fairseq's is
+untruncated, with zeroed padding rows); [SEP] goes between documents only
+(fairseq ends every input line with </s>).
 """
 
 from bertjax import config_lib
@@ -49,6 +57,7 @@ def get_config(arg=None):
   c = config_lib.base_config()
   c.model.size = args['size']
   c.model.gelu = 'exact'           # fairseq's gelu; also RobertaLMHead's.
+  c.model.layer_norm_epsilon = 1e-5   # fairseq's LayerNorm default.
   c.data.tokenizer.vocab_size = 50_265
   c.data.tokenizer.model_type = 'bpe'
   c.data.layout = 'full_sentences'
