@@ -321,16 +321,16 @@ class Checkpointer:
     """
     while True:
       step = self._manager.latest_step()
-      # Steps set aside by this start or an earlier one: a run was here.
-      set_aside = storage.listdir(self._directory + CORRUPT_SUFFIX)
-      if step is None and set_aside:
-        raise CorruptCheckpointError(
-            f'no intact checkpoint remains in {self._directory}: steps '
-            f'{", ".join(set_aside)} were unusable and are in '
-            f'{self._directory + CORRUPT_SUFFIX}. Starting over here would '
-            'discard them silently: move a step back if you can repair it, '
-            'or train in a new --workdir.')
       if step is None:
+        # Steps set aside by this start or an earlier one: a run was here.
+        set_aside = storage.listdir(self._directory + CORRUPT_SUFFIX)
+        if set_aside:
+          raise CorruptCheckpointError(
+              f'no intact checkpoint remains in {self._directory}: steps '
+              f'{", ".join(set_aside)} were unusable and are in '
+              f'{self._directory + CORRUPT_SUFFIX}. Starting over here '
+              'would discard them silently: move a step back if you can '
+              'repair it, or train in a new --workdir.')
         return None
       step_dir = os.path.join(self._directory, str(step))
       try:
