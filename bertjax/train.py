@@ -360,15 +360,17 @@ def check_tokenizer_matches(cfg, saved_meta: dict | None,
         'pieces). Use the original tokenizer model, or a new --workdir.')
   # A run's workdir and an import both keep their tokenizer here.
   theirs = os.path.join(cfg.init_from, 'tokenizer.model')
-  if cfg.init_from and storage.isfile(theirs) and (
-      storage.sha256(theirs) != tokenizer.sha256):
+  if not (cfg.init_from and storage.isfile(theirs)):
+    return
+  their_sha = storage.sha256(theirs)
+  if their_sha != tokenizer.sha256:
     raise ResumeError(
         f'the tokenizer (sha256 {tokenizer.sha256[:12]}, '
         f'{tokenizer.vocab_size} pieces) is not the one '
         f'init_from={cfg.init_from!r} was trained with (its {theirs}, '
-        f'sha256 {storage.sha256(theirs)[:12]}): its embeddings would be '
-        'read as other pieces. Set data.tokenizer.model_path to that file, '
-        'or the data.tokenizer settings that run had.')
+        f'sha256 {their_sha[:12]}): its embeddings would be read as other '
+        'pieces. Set data.tokenizer.model_path to that file, or the '
+        'data.tokenizer settings that run had.')
 
 
 def warn_if_data_format_changed(saved_meta: dict | None,
