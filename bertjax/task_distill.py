@@ -303,9 +303,10 @@ def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
   tok = mlm.tokenizer
   encoded = tok.encode(texts)
   window = mlm.length - 2   # The MLM sees the text's first pieces only.
+  chosen = [rewritable_words(ids, tok) for ids in encoded]
   rows, positions, owners = [], [], []
   for t, ids in enumerate(encoded):
-    for start in rewritable_words(ids, tok):
+    for start in chosen[t]:
       if start < window:
         seen = ids[:window]
         row = np.zeros(mlm.length, np.int32)
@@ -323,7 +324,7 @@ def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
     rewrites = []
     for _ in range(copies):
       new = ids.copy()
-      for start in rewritable_words(ids, tok):
+      for start in chosen[t]:
         if (t, start) in options and rng.random() < replace_prob:
           new[start] = rng.choice(options[(t, start)])
       # A copy that changed no word is the text itself.
