@@ -557,7 +557,8 @@ def albert_groups_check(num_layers: int, num_groups: int) -> None:
   layers than bertjax: its ``AlbertTransformer`` takes layer i's group as
   ``int(i / (N / G))`` in floating point, bertjax as floor(i G / N)
   exactly, and the two differ for some counts (N=18, G=14: layer 9)."""
-  exact = [i * num_groups // num_layers for i in range(num_layers)]
+  exact = [bert_lib.shared_group(i, num_layers, num_groups)
+           for i in range(num_layers)]
   theirs = [int(i / (num_layers / num_groups)) for i in range(num_layers)]
   differ = [i for i in range(num_layers) if exact[i] != theirs[i]]
   if differ:

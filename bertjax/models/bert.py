@@ -270,7 +270,12 @@ class BertConfig:
     """The parameter set of ``layer`` (itself when nothing is shared)."""
     if not self.num_layer_groups:
       return layer
-    return layer * self.num_layer_groups // self.num_layers
+    return shared_group(layer, self.num_layers, self.num_layer_groups)
+
+
+def shared_group(layer: int, num_layers: int, num_groups: int) -> int:
+  """ALBERT's group of ``layer``: floor(layer * groups / layers), exactly."""
+  return layer * num_groups // num_layers
 
 
 def _init(cfg: BertConfig, names: tuple[str | None, ...]):
