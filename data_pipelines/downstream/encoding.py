@@ -109,21 +109,6 @@ def _encode_sentences(kind: str, examples: list[dict], tokenizer,
 # Where tokens are in the text.
 
 
-def _placed_ends(ends: np.ndarray) -> np.ndarray:
-  """``encode_with_offsets``'s ends, with no token ending at 0.
-
-  SentencePiece's dummy "▁" before the first word covers no character; in
-  an ASCII sentence that starts with a letter it comes back ending at 0
-  (before the sentence). Like any bare "▁", it is placed with the token
-  after it.
-  """
-  ends = np.maximum.accumulate(np.asarray(ends, np.int64).reshape(-1))
-  placed = np.flatnonzero(ends > 0)
-  if len(placed) and placed[0] > 0:
-    ends[:placed[0]] = ends[placed[0]]
-  return ends
-
-
 def token_char_spans(text: str, ends: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray]:
   """[start, end) of each token's characters in ``text``.
@@ -136,7 +121,7 @@ def token_char_spans(text: str, ends: np.ndarray
   Returns:
     starts, ends: int64 [num_tokens] each.
   """
-  ends = _placed_ends(ends)
+  ends = np.asarray(ends, np.int64)   # Non-decreasing, none at 0.
   before = np.searchsorted(ends, ends, 'left') - 1
   starts = np.where(before >= 0, ends[np.maximum(before, 0)], 0)
   # Skip whitespace: the next word start at or after each start.
@@ -213,7 +198,7 @@ def _encode_tokens(examples: list[dict], tokenizer,
   out['words_kept'] = np.zeros(len(examples), np.int32)
   for i, ((ids, ends), (starts, word_ends)) in enumerate(zip(encoded,
                                                              bounds)):
-    ids, ends = ids[:length - 2], _placed_ends(ends)[:length - 2]
+    ids, ends = ids[:length - 2], ends[:length - 2]
     _write_row(out, i, ids, None)
     if not len(ids) or not len(starts):
       continue
