@@ -97,6 +97,7 @@ def base_config() -> ml_collections.ConfigDict:
   """Every field, with the BERT paper's fine-tuning settings (Appendix A.3:
   batch 32, 3 epochs, 10% warmup, Adam with weight decay 0.01; learning
   rate from {5e-5, 3e-5, 2e-5})."""
+  # Long: one line per field, each with what it means; reads as a list.
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.init = ''                     # Pretrained workdir (a run, or an import).
@@ -121,6 +122,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.task.examples_per_class = 0   # embedded: keep N training examples per
                                   # class (0 = all).
   c.task.tfds_data_dir = ''
+  c.task.double_unordered = False  # Train on each sentence pair in both
+                                  # orders (ELECTRA's MRPC and STS-B:
+                                  # classification_tasks.py); not the eval
+                                  # or dev sets.
   c.task.dev_fraction = 0.0       # Carve this fraction of the training
                                   # examples (drawn from the seed) into a dev
                                   # set, scored at the end (dev_metrics): for
@@ -132,8 +137,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.max_query_length = 64
   c.max_answer_length = 30
   c.mode = 'full'                 # MODES
-  c.pooling = 'cls'               # cls | mean: what sentence-level heads
-                                  # read (mean: the real tokens' average).
+  c.pooling = 'cls'               # cls | mean | first: what sentence-level
+                                  # heads read (mean: the real tokens'
+                                  # average; first: the [CLS] state with no
+                                  # pooler, ELECTRA's).
   c.adapter_size = 64             # Houlsby et al.: 8, 64 or 256.
   c.adapter_layer_norms = False   # adapters: also train the LayerNorms.
   c.unfreeze_every_steps = 0      # gradual_unfreeze; 0 = one epoch.
@@ -160,6 +167,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.optimizer.decay_mask = 'bert'   # bertjax/optim.py DECAY_MASKS.
   c.optimizer.grad_clip_norm = 1.0
   c.optimizer.grad_clip = 'global'  # | per_tensor (optim.GRAD_CLIPS).
+  c.optimizer.layerwise_lr_decay = 0.0  # ELECTRA's: in (0, 1], each layer
+                                  # down from the head takes this factor
+                                  # more (layer_lr_scale); 0 = off.
   c.sharding = ml_collections.ConfigDict()
   c.sharding.mesh_shape = (-1, 1, 1)
   c.sharding.replicas = 1
@@ -204,6 +214,9 @@ def validate(cfg, check_init: bool = True) -> None:
         'be in [0, 1).')
   check(cfg.optimizer.learning_rate > 0,
         f'optimizer.learning_rate={cfg.optimizer.learning_rate} must be > 0.')
+  check(0 <= cfg.optimizer.layerwise_lr_decay <= 1,
+        f'optimizer.layerwise_lr_decay={cfg.optimizer.layerwise_lr_decay} '
+        'must be in [0, 1]: 0 is off, ELECTRA takes 0.8 (0.9 for large).')
   check(cfg.model.dtype in ('', 'float32', 'bfloat16'),
         f'model.dtype={cfg.model.dtype!r}; use float32, bfloat16 or \'\' '
         '(the pretrained run\'s).')
@@ -218,6 +231,9 @@ def validate(cfg, check_init: bool = True) -> None:
         f'{heads.KINDS}.')
   kind = (cfg.task.kind if cfg.task.name == 'files'
           else downstream.tfds_kind(cfg.task.name))
+  check(not cfg.task.double_unordered or kind not in ('token', 'span'),
+        f'task.double_unordered with a {kind} task: it swaps the texts of '
+        'sentence pairs (classification or regression); set it to False.')
   context = cfg.max_seq_length - cfg.max_query_length - 3
   check(kind != 'span' or 0 < cfg.doc_stride < context,
         f'doc_stride={cfg.doc_stride} with max_seq_length='
@@ -456,11 +472,29 @@ def load_task(cfg) -> tuple[downstream.Task, downstream.Task | None]:
   """(task, dev): the task with its training examples less the dev split,
   and the dev split as a task whose eval set it is (None without one)."""
   task = _read_task(cfg)
-  if not cfg.task.dev_fraction:
-    return task, None
-  train, dev = dev_split(task.train, cfg.task.dev_fraction, cfg.seed)
-  return (dataclasses.replace(task, train=train),
-          dataclasses.replace(task, eval=dev))
+  dev = None
+  if cfg.task.dev_fraction:
+    train, dev_examples = dev_split(task.train, cfg.task.dev_fraction,
+                                    cfg.seed)
+    task = dataclasses.replace(task, train=train)
+    dev = dataclasses.replace(task, eval=dev_examples)
+  if cfg.task.double_unordered:
+    task = dataclasses.replace(task, train=both_orders(task.train))
+  return task, dev
+
+
+def both_orders(examples: list) -> list:
+  """``examples`` (sentence pairs), then each again with its two texts
+  swapped: ELECTRA's ``double_unordered`` (its MRPC and STS-B ``_create_
+  examples`` append the swapped training pairs after the originals)."""
+  for i, e in enumerate(examples):
+    if not e.get('text_pair'):
+      raise FinetuneError(
+          f'task.double_unordered: training example {i} has no second '
+          'text; it swaps the texts of sentence pairs (MRPC, STS-B), so '
+          'set it only for a pair task.')
+  return list(examples) + [dict(e, text=e['text_pair'], text_pair=e['text'])
+                           for e in examples]
 
 
 def dev_split(examples: list, fraction: float, seed: int
@@ -733,9 +767,56 @@ class Steps(NamedTuple):
   predict: Callable[[Any, dict], jax.Array]
 
 
-def warmup_steps(cfg, total_steps: int) -> int:
-  """run_classifier.py's ``int(num_train_steps * warmup_proportion)``."""
-  return int(cfg.optimizer.warmup_proportion * total_steps)
+def warmup_steps(cfg, total_steps: int) -> float:
+  """run_classifier.py's ``int(num_train_steps * warmup_proportion)``;
+  with ELECTRA's schedule, ELECTRA's ``num_train_steps *
+  warmup_proportion`` (optimization.py keeps the fraction)."""
+  steps = cfg.optimizer.warmup_proportion * total_steps
+  return steps if cfg.optimizer.schedule == 'electra' else int(steps)
+
+
+def layer_lr_scale(path: tuple[str, ...], model_cfg, decay: float
+                    ) -> float:
+  """ELECTRA's layer-wise learning-rate decay (google-research/electra
+  optimization.py ``_get_layer_lrs``): the factor on the rate of the
+  parameter at ``path`` (keys). The head takes the full rate and the
+  parameter at ``unfreeze_depth`` d below it ``decay ** (num_layers + 2 -
+  d)``: the top layer ``decay ** 2`` (ELECTRA's table gives its head depth
+  ``n_layers + 2`` and its top layer ``n_layers``), the embeddings
+  ``decay ** (num_layers + 2)``. A shared group (ALBERT) takes its top
+  layer's; an adapter or norm, its layer's."""
+  depth = unfreeze_depth(path, model_cfg)
+  if depth == model_cfg.num_layers + 1:
+    return 1.0
+  return decay ** (model_cfg.num_layers + 2 - depth)
+
+
+def scale_by_layer(model_cfg, decay: float) -> optax.GradientTransformation:
+  """Each update times ``layer_lr_scale`` of its parameter (after the
+  learning rate, and so on weight decay too, as ELECTRA's
+  ``lr * (adam + decay_rate * param)``). Parameters ``finetune``'s or
+  ``multitask``'s: whatever is not embeddings or a layer is head."""
+  def scale(path, update):
+    keys = tuple(k.key for k in path       # Boxed leaves add a .value.
+                 if isinstance(k, jax.tree_util.DictKey))
+    factor = layer_lr_scale(keys, model_cfg, decay)
+    return update * jnp.asarray(factor, update.dtype)
+  return optax.stateless(lambda updates, params=None: (
+      jax.tree_util.tree_map_with_path(scale, updates)))
+
+
+def make_optimizer(cfg, model_cfg, total_steps: int, warmup: float
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """``cfg.optimizer`` over ``total_steps`` with ``warmup`` steps, and
+  ELECTRA's layer-wise decay where ``optimizer.layerwise_lr_decay`` is set
+  (the schedule is the head's rate)."""
+  tx, schedule = optim.make_optimizer(ml_collections.ConfigDict({
+      'total_steps': total_steps,
+      'optimizer': dict(cfg.optimizer.to_dict(), warmup_steps=warmup)}))
+  decay = cfg.optimizer.get('layerwise_lr_decay', 0.0)
+  if decay:
+    tx = optax.chain(tx, scale_by_layer(model_cfg, decay))
+  return tx, schedule
 
 
 def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
@@ -743,11 +824,8 @@ def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
   """``model``'s steps with ``cfg``'s optimizer over ``total_steps`` (its
   warmup a proportion of them); only ``cfg.mode``'s trainable parameters
   train (gradual unfreezing: those reached so far)."""
-  schedule_cfg = ml_collections.ConfigDict({
-      'total_steps': total_steps,
-      'optimizer': dict(cfg.optimizer.to_dict(),
-                        warmup_steps=warmup_steps(cfg, total_steps))})
-  tx, schedule = optim.make_optimizer(schedule_cfg)
+  tx, schedule = make_optimizer(cfg, model.cfg, total_steps,
+                                warmup_steps(cfg, total_steps))
   root_key = jax.random.key(cfg.seed)
   dropout_root = jax.random.fold_in(root_key, _DROPOUT_KEY)
   length = cfg.max_seq_length

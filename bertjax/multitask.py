@@ -349,7 +349,8 @@ def _init_head(module: heads.DownstreamModel, states, with_pooler: bool):
   """Calls ``module``'s head layers (and its pooler, for a sentence-level
   task ``with_pooler``) on ``states`` [B, D]: ``init`` with this method
   creates those parameters only."""
-  if with_pooler and module.kind in _SENTENCE_KINDS:
+  if with_pooler and module.kind in _SENTENCE_KINDS and (
+      module.pooling != 'first'):
     states = module.pooler(states)
   return module.classifier(states)
 
@@ -360,10 +361,10 @@ class MultitaskModel:
 
   Parameters: ``embeddings``, ``layer_{g}`` (finetune's and pretraining's
   names), ``pooler`` (shared by the sentence-level tasks; absent when
-  there are none) and ``heads/{key}/classifier``. Task m's view
-  (``task_params``) is a ``heads.DownstreamModel``'s parameters, and that
-  model computes its logits: the forward pass is the single-task
-  harness's, to the bit.
+  there are none, or with ``pooling='first'``) and
+  ``heads/{key}/classifier``. Task m's view (``task_params``) is a
+  ``heads.DownstreamModel``'s parameters, and that model computes its
+  logits: the forward pass is the single-task harness's, to the bit.
   """
   cfg: bert_lib.BertConfig
   specs: tuple[HeadSpec, ...]
@@ -377,8 +378,8 @@ class MultitaskModel:
   def task_params(self, params: dict, task: int) -> dict:
     """Task ``task``'s view: a ``DownstreamModel``'s parameter tree."""
     view = {k: v for k, v in params.items() if k not in ('heads', 'pooler')}
-    if self.specs[task].kind in _SENTENCE_KINDS:
-      view['pooler'] = params['pooler']
+    if self.specs[task].kind in _SENTENCE_KINDS and 'pooler' in params:
+      view['pooler'] = params['pooler']   # None with pooling='first'.
     view.update(params['heads'][self.specs[task].key])
     return view
 
@@ -438,11 +439,9 @@ def make_steps(cfg, model: MultitaskModel, total_steps: int) -> Steps:
   """``model``'s steps with ``cfg``'s optimizer over ``total_steps`` (its
   warmup a proportion of them); task m's step updates only what it reads
   (the module docstring says why)."""
-  schedule_cfg = ml_collections.ConfigDict({
-      'total_steps': total_steps,
-      'optimizer': dict(cfg.optimizer.to_dict(), warmup_steps=round(
-          cfg.optimizer.warmup_proportion * total_steps))})
-  tx, schedule = optim.make_optimizer(schedule_cfg)
+  tx, schedule = finetune.make_optimizer(
+      cfg, model.cfg, total_steps,
+      round(cfg.optimizer.warmup_proportion * total_steps))
   root_key = jax.random.key(cfg.seed)
   dropout_root = jax.random.fold_in(root_key, _DROPOUT_KEY)
 

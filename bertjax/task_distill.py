@@ -145,6 +145,11 @@ def validate(cfg) -> None:
   if cfg.mode != 'full':
     errors.append(f'mode={cfg.mode!r}: the student distils in full (every '
                   "weight trains); use mode='full'.")
+  if cfg.optimizer.layerwise_lr_decay:
+    errors.append('optimizer.layerwise_lr_decay='
+                  f'{cfg.optimizer.layerwise_lr_decay}: TinyBERT trains '
+                  'every layer at one rate, and task distillation has no '
+                  'layer-wise decay; set it to 0.')
   if a.copies < 0 or not 0 <= a.replace_prob <= 1 or a.candidates < 1 or (
       a.batch_size < 1):
     errors.append('augment: copies >= 0, replace_prob in [0, 1], '

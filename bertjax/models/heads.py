@@ -8,6 +8,10 @@ Devlin et al. (2019), Sec. 4 and google-research/bert:
 - ``classification`` / ``regression``: the [CLS] state through a pooler
   (Dense + tanh; taken from the pretrained pooler where the run has one),
   dropout, and a linear layer to ``num_labels`` logits (1 for regression).
+  With ``pooling='first'`` the [CLS] state goes to the dropout as it is,
+  with no pooler (google-research/electra's ``get_pooled_output``,
+  ``sequence_output[:, 0]``, under its classification and regression
+  heads).
 - ``token``: dropout and a linear layer on every token's state (labels sit
   on each word's first sub-token).
 - ``span``: start and end vectors S, E: a token's start (end) logit is its
@@ -32,7 +36,7 @@ import jax.numpy as jnp
 from bertjax.models import bert as bert_lib
 
 KINDS = ('classification', 'regression', 'token', 'span')
-POOLING = ('cls', 'mean')
+POOLING = ('cls', 'mean', 'first')
 # Top-level parameter trees that belong to the head (all else is encoder).
 HEAD = ('layer_mix', 'pooler', 'classifier')
 
@@ -58,8 +62,9 @@ class DownstreamModel(nn.Module):
   kind: str
   num_labels: int
   layer_mix: bool = False
-  # What the sentence-level head reads: 'cls' (the [CLS] state, BERT's) or
-  # 'mean' (the mean of the real tokens' states).
+  # What the sentence-level head reads: 'cls' (the [CLS] state through the
+  # pooler, BERT's), 'mean' (the mean of the real tokens' states, through
+  # the pooler) or 'first' (the [CLS] state, no pooler: ELECTRA's).
   pooling: str = 'cls'
 
   def setup(self):
@@ -70,7 +75,8 @@ class DownstreamModel(nn.Module):
     self.layers = bert_lib.encoder_layers(cfg)
     if self.layer_mix:
       self.mix = ScalarMix(name='layer_mix')
-    if self.kind in ('classification', 'regression'):
+    if self.kind in ('classification', 'regression') and (
+        self.pooling != 'first'):
       self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
                              param_dtype=cfg.param_dtype,
                              kernel_init=bert_lib._init(cfg, ('embed', 'mlp')),
@@ -106,7 +112,8 @@ class DownstreamModel(nn.Module):
         x = (x * weights).sum(1) / jnp.maximum(weights.sum(1), 1)
       else:
         x = x[:, 0]
-      x = jnp.tanh(self.pooler(x))
+      if self.pooling != 'first':
+        x = jnp.tanh(self.pooler(x))
     if self.kind != 'span':   # run_squad.py's logits read the states as
       x = self.dropout(x, deterministic=deterministic)   # they are.
     logits = self.classifier(x)

@@ -8,7 +8,9 @@ r"""Fine-tuning a pretrained run on a downstream task (bertjax.finetune).
   ``conll2003``, ...) or ``files`` (JSONL/CSV: set ``task.kind``,
   ``task.train_path``, ``task.eval_path`` and the field names);
 * ``mode``: ``full`` (default), ``frozen``, ``adapters``,
-  ``weighted_layers`` or ``gradual_unfreeze``.
+  ``weighted_layers`` or ``gradual_unfreeze``;
+* ``recipe``: ``bert`` (default) or ``electra``, with ``size`` (``small``,
+  ``base`` (default) or ``large``) for ELECTRA's rates.
 
 TFDS and file tasks take the BERT paper's settings (Devlin et al. 2019,
 Appendix A.3): batch 32, 3 epochs, peak lr 2e-5 (the paper searches
@@ -19,6 +21,32 @@ large rate), with adapters of 64.
 
 SQuAD takes run_squad.py's windows (max_seq_length 384, doc_stride 128,
 max_query_length 64) and the paper's SQuAD v1.1 rate, 5e-5.
+
+``recipe=electra`` takes google-research/electra's fine-tuning
+(configure_finetuning.py, model/optimization.py, the classification
+heads of finetune/classification/classification_tasks.py) for a run
+pretrained with experiments/configs/electra.py:
+
+- the head reads the [CLS] state with no pooler (``pooling='first'``),
+  through dropout 0.1 and one linear layer;
+- AdamW without bias correction (eps 1e-6, weight decay 0.01 on all but
+  LayerNorm and biases: the code's; the paper's Table 7 says 0), global
+  clip 1.0, ELECTRA's schedule (linear decay times ``min(1, t / W)``, W a
+  tenth of the steps, unrounded);
+- layer-wise lr decay 0.8 (0.9 for large): the head at the full rate, the
+  top layer at 0.8^2, the embeddings at 0.8^(layers + 2);
+- the paper's rates (Table 7): 3e-4 small, 1e-4 base, 5e-5 large (the
+  code's default is 1e-4 for small as well);
+- 3 epochs; 10 for RTE and STS-B, 2 for SQuAD (with 512 tokens); MRPC
+  and STS-B train on each pair in both orders (``double_unordered``);
+- every weight trains (``mode=full``; other modes are refused).
+
+Departures: the linear layer starts as BERT's (truncated normal, 0.02),
+where ELECTRA's ``tf.layers.dense`` takes Glorot; SQuAD keeps BERT's span
+head (ELECTRA's predicts the end given the start, ``joint_prediction``).
+
+The embedded task keeps its own sizing (examples, epochs, rate), which
+the demo's tiny model needs, and takes the rest.
 
 Reference code: google-research/bert run_classifier.py (``create_model``:
 the pooled [CLS] output, dropout, one linear layer; optimization.py
@@ -40,11 +68,27 @@ matters), 8 epochs, peak lr 2e-4 (1e-3 for head- or adapter-only modes).
 from bertjax import finetune
 
 
+# ELECTRA's fine-tuning rate and layer-wise decay, by model size.
+_ELECTRA = {'small': (3e-4, 0.8), 'base': (1e-4, 0.8), 'large': (5e-5, 0.9)}
+
+
 def get_config(arg=None):
-  args = finetune.config_lib.parse_arg(arg, task='embedded', mode='full')
+  args = finetune.config_lib.parse_arg(arg, task='embedded', mode='full',
+                                       recipe='bert', size='')
+  if args['recipe'] not in ('bert', 'electra'):
+    raise ValueError(f"recipe={args['recipe']}; use bert or electra.")
+  if args['size'] and args['recipe'] != 'electra':
+    raise ValueError('size= picks ELECTRA\'s rates; give it with '
+                     'recipe=electra.')
+  if args['recipe'] == 'electra':
+    return _electra(args['task'], args['mode'], args['size'] or 'base')
+  return _bert(args['task'], args['mode'])
+
+
+def _bert(task, mode):
   c = finetune.base_config()
-  c.mode = args['mode']
-  c.task.name = args['task']
+  c.mode = mode
+  c.task.name = task
   head_only = c.mode in ('frozen', 'adapters', 'weighted_layers')
   if c.task.name == 'embedded':
     c.task.examples_per_class = 256
@@ -57,4 +101,25 @@ def get_config(arg=None):
     c.optimizer.learning_rate = 1e-3 if head_only else 5e-5
   elif head_only:
     c.optimizer.learning_rate = 1e-3
+  return c
+
+
+def _electra(task, mode, size):
+  if size not in _ELECTRA:
+    raise ValueError(f'size={size}; use one of {sorted(_ELECTRA)}.')
+  if mode != 'full':
+    raise ValueError(f"mode={mode} with recipe=electra: ELECTRA's recipe "
+                     'fine-tunes every weight; use mode=full.')
+  c = _bert(task, mode)
+  c.pooling = 'first'
+  o = c.optimizer
+  o.schedule = 'electra'
+  if task != 'embedded':
+    o.learning_rate = _ELECTRA[size][0]
+  o.layerwise_lr_decay = _ELECTRA[size][1]
+  if task in ('glue/rte', 'glue/stsb'):
+    c.num_epochs = 10.0
+  elif task == 'squad':
+    c.num_epochs, c.max_seq_length = 2.0, 512
+  c.task.double_unordered = task in ('glue/mrpc', 'glue/stsb')
   return c

@@ -202,6 +202,137 @@ def test_warmup_is_run_classifiers_truncated_proportion():
       [0, 1, 1, 981])
 
 
+def test_electras_warmup_keeps_the_fraction():
+  cfg = finetune.base_config()
+  cfg.optimizer.schedule = 'electra'   # optimization.py: no int().
+  assert [finetune.warmup_steps(cfg, n) for n in (9, 10, 19)] == (
+      pytest.approx([0.9, 1.0, 1.9]))
+
+
+def test_layer_scales_are_electras_get_layer_lrs():
+  """google-research/electra's ``_get_layer_lrs`` for 3 layers: depth 0
+  for the embeddings, layer k (0-based) k + 1, the head n + 2; the rate
+  is lr * decay ** (n + 2 - depth)."""
+  _, params = _params()
+  scales = {k[0]: finetune.layer_lr_scale(k, SMALL, 0.8)
+            for k in flax.traverse_util.flatten_dict(params)}
+  assert scales == pytest.approx({
+      'embeddings': 0.8 ** 5, 'layer_0': 0.8 ** 4, 'layer_1': 0.8 ** 3,
+      'layer_2': 0.8 ** 2, 'pooler': 1.0, 'classifier': 1.0}, rel=1e-12)
+
+
+def _one_step(decay, pooling='first'):
+  """(params before, after) one step of SMALL's classifier under
+  ``decay``, from the same init and batch."""
+  cfg = _config('full', pooling=pooling, max_seq_length=8)
+  cfg.optimizer.learning_rate, cfg.optimizer.warmup_proportion = 1e-2, 0.0
+  cfg.optimizer.layerwise_lr_decay = decay
+  model = heads.DownstreamModel(SMALL, 'classification', 3, pooling=pooling)
+  steps = finetune.make_steps(cfg, model, total_steps=10, unfreeze_every=1)
+  state = jax.jit(steps.init_state)()
+  ids = np.random.default_rng(4).integers(5, 128, (4, 8)).astype(np.int32)
+  batch = {'input_ids': ids, 'token_type_ids': np.zeros_like(ids),
+           'attention_mask': np.ones_like(ids),
+           'label': np.array([0, 1, 2, 1], np.int32)}
+  after, _ = jax.jit(steps.train_step)(state, batch)
+  return (flax.traverse_util.flatten_dict(nn.unbox(state.params)),
+          flax.traverse_util.flatten_dict(nn.unbox(after.params)))
+
+
+def test_layerwise_decay_scales_each_update_weight_decay_included():
+  """One step with decay 0.5 moves each parameter by its scale times the
+  step without it (Adam's update and the weight decay alike: ELECTRA's
+  ``lr * (update + decay_rate * param)``)."""
+  before, plain = _one_step(0.0)
+  _, decayed = _one_step(0.5)
+  assert ('pooler', 'kernel') not in before   # pooling='first': ELECTRA's.
+  for key, start in before.items():
+    scale = finetune.layer_lr_scale(key, SMALL, 0.5)
+    np.testing.assert_allclose(
+        np.asarray(decayed[key]) - start,
+        scale * (np.asarray(plain[key]) - start), rtol=1e-4, atol=1e-7,
+        err_msg='/'.join(key))
+
+
+def test_first_pooling_reads_the_cls_state_with_no_pooler():
+  model = heads.DownstreamModel(SMALL, 'classification', 3, pooling='first')
+  ids = jnp.asarray(np.random.default_rng(5).integers(5, 128, (2, 8)))
+  mask = jnp.ones_like(ids)
+  params = nn.unbox(model.init(jax.random.key(0), ids, ids * 0, mask)
+                    )['params']
+  assert set(params) == {'embeddings', 'layer_0', 'layer_1', 'layer_2',
+                         'classifier'}
+  logits = model.apply({'params': params}, ids, ids * 0, mask)
+  states = model.apply({'params': params}, ids, ids * 0, mask,
+                       method=lambda m, a, b, c: bert_lib.run_layers(
+                           m.cfg, m.layers, m.embeddings(a, b, True), a, c,
+                           True))
+  c = params['classifier']
+  np.testing.assert_allclose(logits, states[:, 0] @ c['kernel'] + c['bias'],
+                             rtol=0, atol=1e-5)
+
+
+def test_both_orders_appends_the_swapped_pairs():
+  pairs = [{'text': 'a', 'text_pair': 'b', 'label': 1},
+           {'text': 'c', 'text_pair': 'd', 'label': 0}]
+  assert finetune.both_orders(pairs) == pairs + [
+      {'text': 'b', 'text_pair': 'a', 'label': 1},
+      {'text': 'd', 'text_pair': 'c', 'label': 0}]
+  with pytest.raises(finetune.FinetuneError, match='example 1 has no second'):
+    finetune.both_orders(pairs[:1] + [{'text': 'e', 'text_pair': None,
+                                       'label': 0}])
+
+
+def test_double_unordered_doubles_the_training_pairs_only(tmp_path):
+  rows = [{'text': f'first {i}', 'pair': f'second {i}', 'label': i % 2}
+          for i in range(10)]
+  for name in ('train', 'eval'):
+    (tmp_path / f'{name}.jsonl').write_text(
+        '\n'.join(json.dumps(r) for r in rows) + '\n')
+  cfg = _config('full')
+  cfg.task.update(name='files', kind='classification', pair_field='pair',
+                  train_path=str(tmp_path / 'train.jsonl'),
+                  eval_path=str(tmp_path / 'eval.jsonl'),
+                  dev_fraction=0.2, double_unordered=True)
+  task, dev = finetune.load_task(cfg)
+  assert len(task.train) == 16 and len(dev.eval) == 2
+  assert len(task.eval) == 10
+  assert task.train[8:] == [dict(e, text=e['text_pair'], text_pair=e['text'])
+                            for e in task.train[:8]]
+  assert not {e['text'] for e in dev.eval} & {e['text_pair']
+                                              for e in task.train}
+  cfg.task.kind = 'token'
+  with pytest.raises(finetune.FinetuneError, match='double_unordered with '
+                     'a token task'):
+    finetune.validate(cfg, check_init=False)
+
+
+def test_electra_recipe_preset():
+  mrpc = preset_helpers.load_preset('finetune', 'task=glue/mrpc,'
+                                    'recipe=electra')
+  mrpc.init = 'a run'
+  finetune.validate(mrpc, check_init=False)
+  o = mrpc.optimizer
+  assert (mrpc.pooling, o.schedule, o.learning_rate, o.layerwise_lr_decay,
+          o.weight_decay, o.eps, mrpc.num_epochs,
+          mrpc.task.double_unordered) == (
+              'first', 'electra', 1e-4, 0.8, 0.01, 1e-6, 3.0, True)
+  large = preset_helpers.load_preset('finetune', 'task=glue/rte,'
+                                     'recipe=electra,size=large')
+  assert (large.optimizer.learning_rate, large.optimizer.layerwise_lr_decay,
+          large.num_epochs, large.task.double_unordered) == (
+              5e-5, 0.9, 10.0, False)
+  for arg, message in (('recipe=electra,mode=frozen', 'use mode=full'),
+                       ('size=small', 'with recipe=electra'),
+                       ('recipe=electra,size=huge', 'size=huge')):
+    with pytest.raises(ValueError, match=message):
+      preset_helpers.load_preset('finetune', arg)
+  cfg = _config('full')
+  cfg.optimizer.layerwise_lr_decay = 1.5
+  with pytest.raises(finetune.FinetuneError, match='layerwise_lr_decay=1.5'):
+    finetune.validate(cfg, check_init=False)
+
+
 def _log_softmax(x):
   x = x - x.max(-1, keepdims=True)
   return x - np.log(np.exp(x).sum(-1, keepdims=True))

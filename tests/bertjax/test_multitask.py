@@ -208,6 +208,38 @@ def test_a_step_moves_only_what_its_task_reads():
           parts, tree)
 
 
+def test_electras_head_and_layer_decay_with_shared_heads():
+  """ELECTRA's recipe in multi-task fine-tuning: with pooling='first'
+  there is no pooler, and with layer-wise decay 0.5 a step moves every
+  head at the full rate, the layer at 0.5^2 and the embeddings at 0.5^3
+  of the step without it (as its ``task_specific/`` key takes every head)."""
+  specs = (multitask.HeadSpec('a', 'classification', 3),
+           multitask.HeadSpec('b', 'regression', 1))
+  model = multitask.MultitaskModel(SMALL, specs, pooling='first')
+  ids = np.random.default_rng(1).integers(5, 128, (4, 8)).astype(np.int32)
+  batch = {'input_ids': ids, 'token_type_ids': np.zeros_like(ids),
+           'attention_mask': np.ones_like(ids),
+           'label': np.array([0.5, 1.0, -1.0, 2.0], np.float32)}
+  moved = []
+  for decay in (0.0, 0.5):
+    cfg = multitask.base_config()
+    cfg.max_seq_length = 8
+    cfg.optimizer.learning_rate, cfg.optimizer.warmup_proportion = 1e-2, 0.
+    cfg.optimizer.layerwise_lr_decay = decay
+    steps = multitask.make_steps(cfg, model, total_steps=10)
+    state = jax.jit(lambda: flax.linen.unbox(steps.init_state()))()
+    after, _ = jax.jit(steps.train_steps[1])(state, batch)
+    before = flax.traverse_util.flatten_dict(state.params)
+    moved.append({k: np.asarray(v) - before[k] for k, v in
+                  flax.traverse_util.flatten_dict(after.params).items()})
+  assert not any(k[0] == 'pooler' for k in moved[0])
+  expected = {'embeddings': 0.125, 'layer_0': 0.25, 'heads': 1.0}
+  for key, plain in moved[0].items():
+    np.testing.assert_allclose(moved[1][key], expected[key[0]] * plain,
+                               rtol=1e-4, atol=1e-7, err_msg='/'.join(key))
+  assert np.abs(moved[0][('heads', 'b', 'classifier', 'kernel')]).max() > 0
+
+
 # ---------------------------------------------------------------------------
 # Validation: before any work.
 

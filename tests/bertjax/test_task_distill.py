@@ -120,11 +120,12 @@ def test_bad_configs_fail_before_any_work(pretrained, tasks, teacher,
                                           tmp_path):
   cfg = _config(pretrained, tasks, str(tmp_path), **{
       'distill.temperature': 0.0, 'augment.replace_prob': 2.0,
-      'mode': 'frozen'})
+      'mode': 'frozen', 'optimizer.layerwise_lr_decay': 0.8})
   with pytest.raises(task_distill.DistillError) as e:
     task_distill.distill_task(cfg, str(tmp_path / 'out'))
   for part in ('has no finetune_meta.json', 'distill.temperature=0.0',
-               "mode='frozen'", 'replace_prob in [0, 1]'):
+               "mode='frozen'", 'replace_prob in [0, 1]',
+               'layerwise_lr_decay=0.8'):
     assert part in str(e.value)
   other = _config(pretrained, tasks, teacher, **{'task.kind': 'regression',
                                                   'task.train_path':
