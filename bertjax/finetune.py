@@ -79,7 +79,7 @@ _INIT_KEY, _DROPOUT_KEY, _ORDER_KEY, _DEV_KEY = 1, 2, 3, 4
 _PER_EXAMPLE = ('classification', 'regression')
 # The config sections a resumed fine-tuning run must share.
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'task', 'mode',
-             'pooling', 'adapter_size', 'adapter_layer_norms',
+             'pooling', 'head_init', 'adapter_size', 'adapter_layer_norms',
              'max_seq_length', 'doc_stride', 'max_query_length',
              'batch_size', 'num_epochs', 'optimizer', 'unfreeze_every_steps',
              'model')
@@ -141,6 +141,9 @@ def base_config() -> ml_collections.ConfigDict:
                                   # heads read (mean: the real tokens'
                                   # average; first: the [CLS] state with no
                                   # pooler, ELECTRA's).
+  c.head_init = 'bert'            # bert | glorot: the output layer's
+                                  # initial kernel (run_classifier.py's
+                                  # truncated normal | ELECTRA's Glorot).
   c.adapter_size = 64             # Houlsby et al.: 8, 64 or 256.
   c.adapter_layer_norms = False   # adapters: also train the LayerNorms.
   c.unfreeze_every_steps = 0      # gradual_unfreeze; 0 = one epoch.
@@ -197,6 +200,8 @@ def validate(cfg, check_init: bool = True) -> None:
   check(cfg.mode in MODES, f'mode={cfg.mode!r}; use one of {MODES}.')
   check(cfg.pooling in heads.POOLING,
         f'pooling={cfg.pooling!r}; use one of {heads.POOLING}.')
+  check(cfg.head_init in heads.HEAD_INITS,
+        f'head_init={cfg.head_init!r}; use one of {heads.HEAD_INITS}.')
   check(cfg.init_weights in INIT_WEIGHTS,
         f'init_weights={cfg.init_weights!r}; use one of {INIT_WEIGHTS}.')
   check(cfg.adapter_size > 0 or cfg.mode != 'adapters',
@@ -364,9 +369,7 @@ def read_run(workdir: str) -> Finetuned:
   params = jax.tree.map(np.asarray, checkpoint_lib.restore_as_saved(
       directory, step)['params'])
   task, _ = load_task(cfg)
-  model = quantization.quantized(heads.DownstreamModel(
-      downstream_config(cfg, pretrained), task.kind, task.num_labels,
-      layer_mix=cfg.mode == 'weighted_layers', pooling=cfg.pooling))
+  model = downstream_model(cfg, downstream_config(cfg, pretrained), task)
   return Finetuned(workdir, cfg, pretrained, task, model, params, step)
 
 
@@ -393,6 +396,16 @@ def downstream_config(cfg, pretrained: Pretrained):
       layerdrop=0.0,   # Pretraining's; fine-tuning trains every layer.
       quantize=m.quantize or model.quantize,
       quantize_layers=m.quantize_layers or model.quantize_layers)
+
+
+def downstream_model(cfg, model_cfg, task: downstream.Task
+                     ) -> heads.DownstreamModel:
+  """``task``'s model for fine-tuning with ``cfg`` (quantized where
+  ``model_cfg`` says)."""
+  return quantization.quantized(heads.DownstreamModel(
+      model_cfg, task.kind, task.num_labels,
+      layer_mix=cfg.mode == 'weighted_layers', pooling=cfg.pooling,
+      head_init=cfg.head_init))
 
 
 # ---------------------------------------------------------------------------
@@ -694,9 +707,7 @@ def finetune(cfg, workdir: str) -> dict:
   place = train_lib.make_placement(cfg)
 
   # ---- Model and optimizer (on the trainable parameters only).
-  model = quantization.quantized(heads.DownstreamModel(
-      model_cfg, task.kind, task.num_labels,
-      layer_mix=cfg.mode == 'weighted_layers', pooling=cfg.pooling))
+  model = downstream_model(cfg, model_cfg, task)
   steps = make_steps(cfg, model, total_steps, unfreeze_every)
 
   with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):

@@ -119,7 +119,7 @@ _NOT_SHARED = ('task', 'mode', 'adapter_size', 'adapter_layer_norms',
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'tasks', 'mixing',
              'mixing_cap', 'mixing_temperature', 'mixing_block_steps',
              'num_steps', 'num_epochs', 'max_seq_length', 'batch_size',
-             'pooling', 'model', 'optimizer')
+             'pooling', 'head_init', 'model', 'optimizer')
 
 
 class MultitaskError(finetune.FinetuneError):
@@ -369,17 +369,19 @@ class MultitaskModel:
   cfg: bert_lib.BertConfig
   specs: tuple[HeadSpec, ...]
   pooling: str = 'cls'
+  head_init: str = 'bert'
 
   def module(self, task: int) -> heads.DownstreamModel:
     spec = self.specs[task]
     return heads.DownstreamModel(self.cfg, spec.kind, spec.num_labels,
-                                 pooling=self.pooling)
+                                 pooling=self.pooling,
+                                 head_init=self.head_init)
 
   def task_params(self, params: dict, task: int) -> dict:
     """Task ``task``'s view: a ``DownstreamModel``'s parameter tree."""
     view = {k: v for k, v in params.items() if k not in ('heads', 'pooler')}
     if self.specs[task].kind in _SENTENCE_KINDS and 'pooler' in params:
-      view['pooler'] = params['pooler']   # None with pooling='first'.
+      view['pooler'] = params['pooler']   # Absent with pooling='first'.
     view.update(params['heads'][self.specs[task].key])
     return view
 
@@ -592,7 +594,7 @@ def multitask(cfg, workdir: str) -> dict:
   place = train_lib.make_placement(cfg)
   model = MultitaskModel(model_cfg, tuple(
       HeadSpec(key, d.task.kind, d.task.num_labels)
-      for key, d in zip(keys, data)), cfg.pooling)
+      for key, d in zip(keys, data)), cfg.pooling, cfg.head_init)
   steps = make_steps(cfg, model, total_steps)
 
   with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):

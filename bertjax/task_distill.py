@@ -81,8 +81,8 @@ META = 'task_distill_meta.json'
 # The config sections a resumed run must share (the rest says where files
 # go and how often to log).
 _IDENTITY = ('seed', 'init', 'init_step', 'teacher', 'task', 'max_seq_length',
-             'batch_size', 'pooling', 'model', 'optimizer', 'distill',
-             'augment')
+             'batch_size', 'pooling', 'head_init', 'model', 'optimizer',
+             'distill', 'augment')
 STAGES = ('intermediate', 'prediction')
 KINDS = ('classification', 'regression')
 _FINETUNE_META = 'finetune_meta.json'
@@ -500,7 +500,8 @@ def distill_task(cfg, workdir: str) -> dict:
         'examples': len(data.task.train), 'with_rewrites': len(augmented),
         'samples': [e['text'] for e in augmented[:2 + cfg.augment.copies]]})
   student = heads.DownstreamModel(student_cfg, data.task.kind,
-                                  data.task.num_labels, pooling=cfg.pooling)
+                                  data.task.num_labels, pooling=cfg.pooling,
+                                  head_init=cfg.head_init)
   final = _run_stages(cfg, workdir, data, student, teacher, mapping,
                       student_run)
   result = {'task': data.task.name, 'kind': data.task.kind,

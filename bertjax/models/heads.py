@@ -37,6 +37,10 @@ from bertjax.models import bert as bert_lib
 
 KINDS = ('classification', 'regression', 'token', 'span')
 POOLING = ('cls', 'mean', 'first')
+# The output layer's initial kernel: 'bert' (truncated normal of the
+# model's initializer_range, run_classifier.py's) or 'glorot' (Glorot
+# uniform, tf.layers.dense's default: ELECTRA's heads).
+HEAD_INITS = ('bert', 'glorot')
 # Top-level parameter trees that belong to the head (all else is encoder).
 HEAD = ('layer_mix', 'pooler', 'classifier')
 
@@ -66,6 +70,7 @@ class DownstreamModel(nn.Module):
   # pooler, BERT's), 'mean' (the mean of the real tokens' states, through
   # the pooler) or 'first' (the [CLS] state, no pooler: ELECTRA's).
   pooling: str = 'cls'
+  head_init: str = 'bert'   # HEAD_INITS
 
   def setup(self):
     if self.kind not in KINDS:
@@ -84,7 +89,11 @@ class DownstreamModel(nn.Module):
     outputs = 2 if self.kind == 'span' else self.num_labels
     self.classifier = nn.Dense(
         outputs, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-        kernel_init=bert_lib._init(cfg, ('embed', 'classes')),
+        kernel_init=(bert_lib._init(cfg, ('embed', 'classes'))
+                     if self.head_init == 'bert' else
+                     nn.with_logical_partitioning(
+                         nn.initializers.glorot_uniform(),
+                         ('embed', 'classes'))),
         bias_init=bert_lib._zeros(('classes',)))
     self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
 

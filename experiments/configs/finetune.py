@@ -41,9 +41,10 @@ pretrained with experiments/configs/electra.py:
   and STS-B train on each pair in both orders (``double_unordered``);
 - every weight trains (``mode=full``; other modes are refused).
 
-Departures: the linear layer starts as BERT's (truncated normal, 0.02),
-where ELECTRA's ``tf.layers.dense`` takes Glorot; SQuAD keeps BERT's span
-head (ELECTRA's predicts the end given the start, ``joint_prediction``).
+The linear layer starts from Glorot uniform (``head_init='glorot'``:
+``tf.layers.dense``'s default, which ELECTRA's heads take). Departure:
+SQuAD keeps BERT's span head (ELECTRA's predicts the end given the start,
+``joint_prediction``).
 
 The embedded task keeps its own sizing (examples, epochs, rate), which
 the demo's tiny model needs, and takes the rest.
@@ -111,7 +112,7 @@ def _electra(task, mode, size):
     raise ValueError(f"mode={mode} with recipe=electra: ELECTRA's recipe "
                      'fine-tunes every weight; use mode=full.')
   c = _bert(task, mode)
-  c.pooling = 'first'
+  c.pooling, c.head_init = 'first', 'glorot'
   o = c.optimizer
   o.schedule = 'electra'
   if task != 'embedded':

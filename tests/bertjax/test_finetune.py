@@ -272,6 +272,29 @@ def test_first_pooling_reads_the_cls_state_with_no_pooler():
                              rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize('head_init', ['bert', 'glorot'])
+def test_the_output_layer_starts_as_its_reference(head_init):
+  """'bert': run_classifier.py's truncated normal (std 0.02 before the cut
+  at 2 std); 'glorot': tf.layers.dense's Glorot uniform, U(-a, a) with a =
+  sqrt(6 / (fan_in + fan_out)). 16,384 draws: the bounds and the
+  variance (the latter within 5%, where its standard error is 1%)."""
+  cfg = bert_lib.BertConfig(vocab_size=128, hidden_size=256, num_layers=1,
+                            num_heads=2, intermediate_size=32,
+                            max_position_embeddings=32)
+  model = heads.DownstreamModel(cfg, 'token', 64, head_init=head_init)
+  ids = jnp.ones((1, 8), jnp.int32)
+  kernel = np.asarray(nn.unbox(jax.jit(model.init)(
+      jax.random.key(0), ids, ids * 0, ids))['params']['classifier'][
+          'kernel'])
+  assert kernel.shape == (256, 64)
+  if head_init == 'glorot':
+    bound, variance = np.sqrt(6 / (256 + 64)), 6 / (256 + 64) / 3
+  else:   # The variance of N(0, 0.02^2) cut at 2 std.
+    bound, variance = 0.04, 0.02 ** 2 * 0.7737413
+  assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.98 * bound
+  assert kernel.var() == pytest.approx(variance, rel=0.05)
+
+
 def test_both_orders_appends_the_swapped_pairs():
   pairs = [{'text': 'a', 'text_pair': 'b', 'label': 1},
            {'text': 'c', 'text_pair': 'd', 'label': 0}]
@@ -313,10 +336,10 @@ def test_electra_recipe_preset():
   mrpc.init = 'a run'
   finetune.validate(mrpc, check_init=False)
   o = mrpc.optimizer
-  assert (mrpc.pooling, o.schedule, o.learning_rate, o.layerwise_lr_decay,
-          o.weight_decay, o.eps, mrpc.num_epochs,
+  assert (mrpc.pooling, mrpc.head_init, o.schedule, o.learning_rate,
+          o.layerwise_lr_decay, o.weight_decay, o.eps, mrpc.num_epochs,
           mrpc.task.double_unordered) == (
-              'first', 'electra', 1e-4, 0.8, 0.01, 1e-6, 3.0, True)
+              'first', 'glorot', 'electra', 1e-4, 0.8, 0.01, 1e-6, 3.0, True)
   large = preset_helpers.load_preset('finetune', 'task=glue/rte,'
                                      'recipe=electra,size=large')
   assert (large.optimizer.learning_rate, large.optimizer.layerwise_lr_decay,
