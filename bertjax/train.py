@@ -683,19 +683,11 @@ def _init_from(other_workdir: str, abstract_state):
 def _check_same_parameters(other_workdir: str, saved, mine) -> None:
   """Fails, naming them, on parameters that ``other_workdir`` lacks, that
   this model lacks, or whose shapes differ (another model size)."""
-  shapes = lambda tree: {
-      jax.tree_util.keystr(path): tuple(leaf.shape)
-      for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
-  saved, mine = shapes(saved), shapes(mine)
-  wrong = [f'{name}: {saved.get(name, "missing")} there, '
-           f'{mine.get(name, "missing")} here'
-           for name in sorted(saved.keys() | mine.keys())
-           if saved.get(name) != mine.get(name)]
+  wrong = checkpoint_lib.parameter_differences(saved, mine)
   if wrong:
     raise ResumeError(
         f'init_from={other_workdir!r} holds another model: '
-        f'{len(wrong)} parameter(s) differ ({"; ".join(wrong[:4])}'
-        f'{"; ..." if len(wrong) > 4 else ""}). Use the model settings '
+        f'{checkpoint_lib.name_differences(wrong)}. Use the model settings '
         'that run had (its run_meta.json), or train from scratch.')
 
 

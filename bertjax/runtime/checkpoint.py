@@ -409,13 +409,43 @@ def is_params_only(workdir: str) -> bool:
   return storage.isfile(os.path.join(workdir, _PARAMS_ONLY))
 
 
+def parameter_differences(saved: Any, mine: Any) -> list[str]:
+  """``'name: shape there, shape here'`` for each parameter that one tree
+  lacks (``missing``) or whose shapes differ; trees of arrays or of
+  orbax's metadata."""
+  shapes = lambda tree: {
+      jax.tree_util.keystr(path): tuple(leaf.shape)
+      for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+  saved, mine = shapes(saved), shapes(mine)
+  return [f'{name}: {saved.get(name, "missing")} there, '
+          f'{mine.get(name, "missing")} here'
+          for name in sorted(saved.keys() | mine.keys())
+          if saved.get(name) != mine.get(name)]
+
+
+def name_differences(wrong: list[str], shown: int = 4) -> str:
+  """``wrong`` (``parameter_differences``) for a message: the count and
+  the first ``shown``."""
+  return (f'{len(wrong)} parameter(s) differ ({"; ".join(wrong[:shown])}'
+          f'{"; ..." if len(wrong) > shown else ""})')
+
+
 def restore_params(workdir: str, abstract_params: Any) -> Any:
   """The parameters ``save_params`` wrote, onto ``abstract_params``'
-  shapes and shardings; a model of another shape is an error naming it."""
+  shapes and shardings; a model of another shape is an error naming the
+  parameters that differ."""
   directory = storage.absolute(os.path.join(workdir, 'checkpoints'))
   with ocp.CheckpointManager(
       directory,
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+    wrong = parameter_differences(
+        manager.item_metadata(0)['state']['params'], abstract_params)
+    if wrong:
+      raise ValueError(
+          f'the parameters imported in {workdir!r} do not fit the model of '
+          f'this config: {name_differences(wrong)}. Train with the config '
+          'the import wrote '
+          '(experiments/configs/imported.py:WORKDIR/config.json).')
     try:
       return manager.restore(0, args=ocp.args.Composite(
           state=ocp.args.StandardRestore({'params': abstract_params})

@@ -158,3 +158,23 @@ def test_a_state_saved_before_a_field_existed_restores_with_its_default(
   assert step == 3 and isinstance(restored, After)
   np.testing.assert_array_equal(restored.params['w'], [0.0, 1.0, 2.0])
   assert int(restored.health['n']) == 7
+
+
+def test_imported_parameters_round_trip_and_another_shape_is_named(
+    tmp_path):
+  mesh = sharding.make_mesh((-1, 1, 1))
+  params = {'layer': {'kernel': np.arange(12.0, dtype=np.float32).reshape(
+      3, 4), 'bias': np.ones(4, np.float32)}}
+  checkpoint.save_params(str(tmp_path), params, 'a test')
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+      x.shape, x.dtype, sharding=sharding.replicated(mesh)), params)
+  restored = checkpoint.restore_params(str(tmp_path), abstract)
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(np.asarray(a), b)
+  wider = dict(abstract, layer={
+      'kernel': jax.ShapeDtypeStruct((3, 8), np.float32),
+      'bias': abstract['layer']['bias']}, extra=abstract['layer']['bias'])
+  with pytest.raises(ValueError, match=(
+      r"2 parameter\(s\) differ \(\['extra'\]: missing there, \(4,\) here; "
+      r"\['layer'\]\['kernel'\]: \(3, 4\) there, \(3, 8\) here\)")):
+    checkpoint.restore_params(str(tmp_path), wider)
