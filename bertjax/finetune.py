@@ -733,31 +733,26 @@ def finetune(cfg, workdir: str) -> dict:
     state = loop.run(state)
 
     # ---- Held-out evaluation (and the dev split's).
-    eval_logits = loop.predict_all(state.params, data.eval)
-    final = evaluate_task(task, eval_logits, data.eval, cfg)
-    dev = (evaluate_task(dev_task, loop.predict_all(state.params, data.dev),
-                         data.dev, cfg) if dev_task else None)
+    scores = loop.held_out(state.params)
 
   # ---- downstream.json, for the compare tool.
   result = {'task': task.name, 'kind': task.kind, 'mode': cfg.mode,
             'init': storage.absolute(cfg.init), 'init_step': pretrained.step,
             'init_weights': cfg.init_weights, 'steps': total_steps,
-            'headline': task.metrics[0], 'metrics': final,
-            'trainable_parameters': trained, 'parameters': parameters}
-  if dev is not None:
-    result['dev_metrics'] = dev
-    result['dev_examples'] = len(dev_task.eval)
-  if task.kind in _PER_EXAMPLE:   # For intervals over held-out examples.
-    result.update(per_example_predictions(task.kind, eval_logits,
-                                          data.eval['label']))
+            'headline': task.metrics[0], 'trainable_parameters': trained,
+            'parameters': parameters, **scores}
   if jax.process_index() == 0:
     train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
-  loop.writer.message(f'{task.name}: ' + ', '.join(
-      f'{k} {v:.4f}' for k, v in final.items()) + (
-          '; dev ' + ', '.join(f'{k} {v:.4f}' for k, v in dev.items())
-          if dev is not None else ''))
+  loop.writer.message(f'{task.name}: {describe_scores(scores)}')
   loop.writer.close()
   return result
+
+
+def describe_scores(scores: dict) -> str:
+  """``FinetuneLoop.held_out``'s metrics (and dev metrics) in a line."""
+  line = lambda metrics: ', '.join(f'{k} {v:.4f}' for k, v in metrics.items())
+  dev = scores.get('dev_metrics')
+  return line(scores['metrics']) + (f'; dev {line(dev)}' if dev else '')
 
 
 # ---------------------------------------------------------------------------
@@ -979,6 +974,24 @@ class FinetuneLoop:
     return evaluate_task(self._data.task,
                          self.predict_all(params, self._data.eval),
                          self._data.eval, self._cfg)
+
+  def held_out(self, params) -> dict:
+    """What a run reports at its end: ``metrics`` (the eval set's), with a
+    dev split ``dev_metrics`` and ``dev_examples``, and for the kinds with
+    one prediction per example ``eval_predictions`` and ``eval_labels``
+    (for intervals over held-out examples)."""
+    data, task = self._data, self._data.task
+    logits = self.predict_all(params, data.eval)
+    scores = {'metrics': evaluate_task(task, logits, data.eval, self._cfg)}
+    if data.dev_task is not None:
+      scores['dev_metrics'] = evaluate_task(
+          data.dev_task, self.predict_all(params, data.dev), data.dev,
+          self._cfg)
+      scores['dev_examples'] = len(data.dev_task.eval)
+    if task.kind in _PER_EXAMPLE:
+      scores.update(per_example_predictions(task.kind, logits,
+                                            data.eval['label']))
+    return scores
 
   def run(self, state: train_lib.TrainState) -> train_lib.TrainState:
     """Trains from ``state``'s step to the last one, checkpointing when due

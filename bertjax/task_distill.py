@@ -36,9 +36,11 @@ data_augmentation.py do it:
   GloVe neighbours for the rest; with no GloVe here, words of several
   pieces are kept.
 
-Writes ``distilled.json`` (the student's held-out metrics, the task's
-metrics as fine-tuning's ``downstream.json`` has them; no dev scores or
-per-example predictions) and ``augment.json`` (what augmentation added).
+Writes ``distilled.json`` (the student's held-out scores as fine-tuning's
+``downstream.json`` has them: the task's metrics, the dev split's with
+``task.dev_fraction``, and the per-example predictions of classification
+and regression) and ``augment.json`` (what augmentation added; the dev
+split is carved out before it, so no rewrite of a dev example trains).
 Covers sentence-level tasks (classification and regression), as the
 paper's GLUE tasks; every random draw derives from ``cfg.seed``.
 """
@@ -177,8 +179,8 @@ def read_teacher(cfg) -> Teacher:
   """The fine-tuned teacher of ``cfg.teacher``, checked against ``cfg``.
 
   Raises:
-    DistillError: it has no checkpoint, was fine-tuned on another task, or
-      is not sentence-level.
+    DistillError: it has no checkpoint, was fine-tuned on another task
+      (or another dev split of it), or is not sentence-level.
   """
   try:
     run = finetune.read_run(cfg.teacher)
@@ -190,6 +192,13 @@ def read_teacher(cfg) -> Teacher:
     raise DistillError(f'teacher={cfg.teacher!r} was fine-tuned on task '
                        f'{theirs}; this run distils {ours}: use the same '
                        'task settings.')
+  if cfg.task.dev_fraction and run.config.seed != cfg.seed:
+    raise DistillError(
+        f'task.dev_fraction={cfg.task.dev_fraction} with seed={cfg.seed}: '
+        f'teacher={cfg.teacher!r} was fine-tuned with seed='
+        f'{run.config.seed}, whose dev split (drawn from the seed) is '
+        'another, so it trained on examples this run holds out. Use its '
+        'seed, or a teacher fine-tuned with this one.')
   if run.task.kind not in KINDS:
     raise DistillError(f'task {run.task.name!r} is a {run.task.kind} task; '
                        f'task distillation covers {KINDS} (TinyBERT\'s GLUE).')
@@ -502,17 +511,16 @@ def distill_task(cfg, workdir: str) -> dict:
   student = heads.DownstreamModel(student_cfg, data.task.kind,
                                   data.task.num_labels, pooling=cfg.pooling,
                                   head_init=cfg.head_init)
-  final = _run_stages(cfg, workdir, data, student, teacher, mapping,
-                      student_run)
+  scores = _run_stages(cfg, workdir, data, student, teacher, mapping,
+                       student_run)
   result = {'task': data.task.name, 'kind': data.task.kind,
             'teacher': storage.absolute(cfg.teacher),
             'init': storage.absolute(cfg.init), 'headline':
-            data.task.metrics[0], 'metrics': final,
-            'train_rows': len(data.train['input_ids'])}
+            data.task.metrics[0], 'train_rows': len(data.train['input_ids']),
+            **scores}
   if jax.process_index() == 0:
     train_lib.write_json_atomic(os.path.join(workdir, RESULT), result)
-  _say(f'{data.task.name} (distilled): ' + ', '.join(
-      f'{k} {v:.4f}' for k, v in final.items()))
+  _say(f'{data.task.name} (distilled): {finetune.describe_scores(scores)}')
   return result
 
 
@@ -571,7 +579,8 @@ def _task_data(cfg, teacher: Teacher, student_run: finetune.Pretrained):
 def _run_stages(cfg, workdir: str, data, student: heads.DownstreamModel,
                 teacher: Teacher, mapping, student_run) -> dict:
   """Both stages in turn (each resumed from its own checkpoints, the second
-  from the first's student); the student's held-out metrics."""
+  from the first's student); the student's held-out scores
+  (``FinetuneLoop.held_out``)."""
   place = train_lib.make_placement(cfg)
   boxed = _boxed_teacher(teacher, cfg.max_seq_length)
   num_rows = len(data.train['input_ids'])
@@ -599,7 +608,8 @@ def _run_stages(cfg, workdir: str, data, student: heads.DownstreamModel,
                                    compiled, ckpt, total, state)
       previous = loop.run(state)
       loop.writer.close()
-    return loop.evaluate(previous.params)
+    return loop.held_out(previous.params)
+
 
 def _compile(steps: finetune.Steps, place, data, batch_size: int, boxed
              ) -> finetune.Compiled:

@@ -28,9 +28,11 @@ tasks = test_finetune.tasks
 
 @pytest.fixture(scope='module')
 def teacher(pretrained, tasks, tmp_path_factory):
-  """The tiny pretrained run fully fine-tuned on the classification task."""
+  """The tiny pretrained run fully fine-tuned on the classification task,
+  less a quarter of its examples held out as a dev split."""
   workdir = tmp_path_factory.mktemp('teacher') / 'cls'
-  test_finetune._run(pretrained, tasks, workdir, 'full', num_epochs=2.0)  # pylint: disable=protected-access
+  test_finetune._run(pretrained, tasks, workdir, 'full', num_epochs=2.0,  # pylint: disable=protected-access
+                     **{'task.dev_fraction': 0.25})
   return str(workdir)
 
 
@@ -40,6 +42,7 @@ def _config(pretrained, tasks, teacher, **fields):
   t = cfg.task
   t.name, t.kind = 'files', 'classification'
   t.train_path, t.eval_path = tasks['cls_train'], tasks['cls_eval']
+  t.dev_fraction = 0.25   # The teacher's.
   cfg.max_seq_length, cfg.batch_size = 16, 8
   d = cfg.distill
   d.intermediate_epochs, d.prediction_epochs = 1.0, 1.0
@@ -132,6 +135,10 @@ def test_bad_configs_fail_before_any_work(pretrained, tasks, teacher,
                                                       tasks['reg_train']})
   with pytest.raises(task_distill.DistillError, match='same task settings'):
     task_distill.distill_task(other, str(tmp_path / 'out'))
+  reseeded = _config(pretrained, tasks, teacher, seed=1)
+  with pytest.raises(task_distill.DistillError, match=(
+      'fine-tuned with seed=0, whose dev split')):
+    task_distill.distill_task(reseeded, str(tmp_path / 'out'))
   mapped = _config(pretrained, tasks, teacher,
                    **{'distill.layer_map': (1, 3)})
   with pytest.raises(task_distill.DistillError, match='points past'):
@@ -146,10 +153,17 @@ def test_distil_a_fine_tuned_teacher_in_two_stages(pretrained, tasks,
   workdir = str(tmp_path / 'student')
   result = task_distill.distill_task(cfg, workdir)
   augment = json.load(open(os.path.join(workdir, task_distill.AUGMENT)))
-  # One copy each, kept where it differs from its example.
-  assert augment['examples'] == 64 < augment['with_rewrites'] < 128
+  # One copy each of the 48 training examples left beside the 16 of the
+  # dev split, kept where it differs from its example.
+  assert augment['examples'] == 48 < augment['with_rewrites'] < 96
   assert result['train_rows'] == augment['with_rewrites']
   assert 0 <= result['metrics']['accuracy'] <= 1
+  # As fine-tuning's downstream.json: dev scores, per-example predictions.
+  assert result['dev_examples'] == 16
+  assert 0 <= result['dev_metrics']['accuracy'] <= 1
+  assert len(result['eval_predictions']) == len(result['eval_labels']) == 24
+  assert np.mean(np.equal(result['eval_predictions'], result['eval_labels'])
+                 ) == pytest.approx(result['metrics']['accuracy'])
   stage1 = preset_helpers.read_jsonl(
       os.path.join(workdir, 'intermediate'))
   stage2 = preset_helpers.read_jsonl(
