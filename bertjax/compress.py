@@ -108,8 +108,10 @@ def _check_out(out_dir: str) -> None:
 
 def importance_fns(cfg, model: bert_lib.BertConfig):
   """(loss, apply) for ``pruning.head_importance``: the run's MLM (and
-  NSP, SBO) loss, deterministic, the gates as a collection."""
-  network = bert_lib.BertForPreTraining(model)
+  NSP, SBO) loss, deterministic, the gates as a collection; through the
+  fake-quantized layers of a run trained with them (``model.quantize``),
+  so an 8-bit run's heads are scored on the model it trained."""
+  network = quantization.quantized(bert_lib.BertForPreTraining(model))
   o = cfg.objective
 
   def apply(variables, batch, mutable):

@@ -115,7 +115,11 @@ def _rules(cfg, rule_class):
 def quantized(model: nn.Module, methods=('__call__',)) -> nn.Module:
   """``model`` (its ``cfg`` a ``BertConfig``) trained with fake-quantized
   layers where ``cfg.quantize`` asks for them; ``model`` itself otherwise.
-  The parameters are the float model's."""
+  The parameters are the float model's. Apply it inside ``jax.jit``, as
+  every bertjax step does: Qwix intercepts the matmuls as the model is
+  traced, and an eager apply of the pretraining model was seen to run
+  them float (qwix 0.1.8; the embedding tables, quantized by bertjax
+  itself, are quantized either way)."""
   cfg = model.cfg
   if cfg.quantize == 'none':
     return model

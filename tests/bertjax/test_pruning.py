@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers
 
+from bertjax import compress
 from bertjax import config_lib
 from bertjax import pruning
 from bertjax.interop import hf_convert
@@ -268,3 +269,34 @@ def test_pruned_export_loads_in_transformers_and_imports_back_pruned(
   hf_convert.write_model(str(tmp_path / 'trained'), state, config)
   with pytest.raises(hf_convert.ConversionError, match='not zero'):
     hf_convert.import_model(str(tmp_path / 'trained'))
+
+
+@pytest.mark.parametrize('quantize', ['none', 'int8'])
+def test_importance_scores_the_loss_the_run_trained_on(quantize):
+  """compress's importance loss, with no gates, is the objective's
+  deterministic loss: through the fake-quantized layers of an 8-bit run
+  (Q8BERT's), the float model's otherwise."""
+  cfg = _config(quantize=quantize)
+  params = preset_helpers.random_bert_params(cfg, VOCAB, 0.5)
+  ids, types, mask, positions = _batch()
+  labels = np.where(mask[:, :4] > 0, ids[:, :4], 0)
+  batch = {'input_ids': ids, 'token_type_ids': types, 'attention_mask': mask,
+           'masked_positions': positions[:, :4],
+           'masked_unit_start': np.ones((2, 4), np.int32),
+           'masked_ids': labels.astype(np.int32),
+           'masked_weights': (labels > 0).astype(np.float32),
+           'next_sentence_labels': np.array([0, 1], np.int32)}
+  # Under jit, as training and head_importance run them: Qwix intercepts
+  # the matmuls of a traced model (an eager apply here ran them float).
+  task = bert_objective.make_task(cfg, VOCAB)
+  expected = jax.jit(lambda p, b: task.loss(p, b, jax.random.key(0), True)[0]
+                     )(params, batch)
+  model_cfg = bert_objective.encoder_config(cfg, VOCAB)
+  loss = jax.jit(compress.importance_fns(cfg, model_cfg)[0])
+  np.testing.assert_allclose(loss({'params': params}, batch), expected,
+                             rtol=1e-6)
+  if quantize == 'int8':   # The float model's loss fails that equality.
+    float_cfg = dataclasses.replace(model_cfg, quantize='none')
+    float_loss = jax.jit(compress.importance_fns(cfg, float_cfg)[0])(
+        {'params': params}, batch)
+    assert not np.isclose(float_loss, expected, rtol=1e-6, atol=0)
