@@ -762,7 +762,7 @@ class TrainLoop:
     try:
       while not preempted and step < self.num_train_steps:
         batch = next(train_iter)
-        tokens += int(batch['attention_mask'].sum()) * jax.process_count()
+        tokens += int(batch['attention_mask'].sum())   # This process's.
         state, metrics = self._compiled.train_step(state,
                                                    self.to_global(batch))
         step += 1
@@ -822,6 +822,11 @@ class TrainLoop:
     the divergence check."""
     step, metrics = entry['step'], jax.device_get(entry['metrics'])
     self._monitor.check(step, metrics['health'], self._last_checkpoint())
+    # The real tokens since the last log and the logged batch's masking
+    # counts, summed over the processes' rows (each reads its own).
+    counts = distributed.sum_over_processes(np.concatenate(
+        [[entry['tokens']], entry['statistics']]))
+    tokens, statistics = counts[0], counts[1:]
     now = time.time()
     summary = losses.summarize(metrics)
     summary.update(loss=metrics['loss'], grad_norm=metrics['grad_norm'],
@@ -830,8 +835,7 @@ class TrainLoop:
     # Achieved model FLOP/s (analytic, real tokens) and, where the device's
     # peak is known, MFU: timings, kept apart from the metrics that a rerun
     # reproduces byte for byte.
-    timing = {'tokens_per_second': entry['tokens'] / max(now - self._t_last,
-                                                         1e-9)}
+    timing = {'tokens_per_second': tokens / max(now - self._t_last, 1e-9)}
     timing['tflops_per_second'] = (timing['tokens_per_second']
                                    * self._flops_per_token / 1e12)
     if self._peak:
@@ -839,8 +843,8 @@ class TrainLoop:
           self._peak * self._place.mesh.size)
     # Masking telemetry of the logged step's batch (like the metrics); none
     # for a batch that is not masked (a task beyond masking alone).
-    if np.any(entry['statistics']):
-      masking_summary = masking_lib.summarize_statistics(entry['statistics'])
+    if np.any(statistics):
+      masking_summary = masking_lib.summarize_statistics(statistics)
       if self._cfg.masking.audit_tolerance:
         masking_lib.audit(masking_summary, self._data.masking_cfg,
                           self._cfg.masking.audit_tolerance,

@@ -108,6 +108,13 @@ def test_two_processes_match_one_step_for_step(runs):
   np.testing.assert_allclose(_losses(runs['two'], [1, 2, 3]),
                              _losses(runs['reference'], [1, 2, 3]),
                              rtol=1e-5, atol=0)
+  # The masking telemetry is the global batch's, summed over both
+  # processes' rows: the one-process run's numbers, exactly.
+  telemetry = lambda metrics: [
+      {k: v for k, v in m.items() if k.startswith('masking_')}
+      for m in metrics if m['step'] in (1, 2, 3) and 'loss' in m]
+  assert telemetry(runs['two']) == telemetry(runs['reference'])
+  assert telemetry(runs['two'])[0]['masking_rate'] > 0
 
 
 @pytest.mark.e2e
