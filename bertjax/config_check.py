@@ -23,6 +23,7 @@ from typing import Callable
 from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
 from data_pipelines import continual as continual_lib
+from data_pipelines import instances as instances_lib
 
 # Layouts of [CLS] A [SEP] B [SEP] pairs with a pair label
 # (data_pipelines.instances).
@@ -172,12 +173,13 @@ def _raw_moments_with_other_beta2(cfg) -> str | None:
 def _bert_optimizer_on_packed_data(cfg) -> str | None:
   """Among MLM models only BERT uses raw-moment Adam, and only on its NSP
   pairs (ELECTRA, which uses it too, trains another objective)."""
-  if (cfg.data.layout != 'full_sentences' or
+  if (cfg.data.layout not in instances_lib.PACKED_LAYOUTS or
       cfg.optimizer.name != 'bert_adamw' or cfg.objective.name != 'bert'):
     return None
-  return ("data.layout='full_sentences' with optimizer.name='bert_adamw' is "
-          "BERT's optimizer (no bias correction) on RoBERTa's data: RoBERTa "
-          'and SpanBERT, which train on packed single segments, use '
+  return (f"data.layout='{cfg.data.layout}' with optimizer.name="
+          "'bert_adamw' is BERT's optimizer (no bias correction) on "
+          "RoBERTa's data: RoBERTa and SpanBERT, which train on packed "
+          'single segments, use '
           "fairseq's bias-corrected Adam. Set optimizer.name='fairseq_adam' "
           "(with optimizer.schedule='warmup_linear', as "
           'experiments/configs/roberta.py).')

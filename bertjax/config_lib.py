@@ -178,7 +178,8 @@ def _data_section() -> ml_collections.ConfigDict:
   # not depend on the number of processes.
   d.docs_per_shard = 2000
   d.prepare_workers = 1
-  d.layout = 'nsp'               # nsp | sop (ALBERT) | full_sentences
+  d.layout = 'nsp'               # nsp | sop (ALBERT) | full_sentences |
+                                 # doc_sentences (RoBERTa's) | ...
   d.max_seq_length = 128
   d.short_seq_prob = 0.1
   d.dupe_factor = 10             # Static masking: versions of the data.
@@ -758,8 +759,8 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
          f'model.sbo_positions={m.sbo_positions}: the span boundary head '
          '(objective.sbo_weight > 0) needs at least one relative position; '
          'use >= 1 (SpanBERT uses 15).', errors)
-  _check(d.layout != 'full_sentences' or not o.nsp_weight,
-         'data.layout="full_sentences" has no sentence pairs: use '
+  _check(d.layout not in instances_lib.PACKED_LAYOUTS or not o.nsp_weight,
+         f'data.layout="{d.layout}" has no sentence pairs: use '
          'objective.nsp_weight=0.', errors)
   annotated = any(isinstance(c, ml_collections.ConfigDict)
                   and c.get('source') == 'files'

@@ -20,6 +20,13 @@ Five layouts:
 * ``full_sentences``: RoBERTa's FULL-SENTENCES. Whole sentences are packed
   contiguously, across document boundaries (a [SEP] marks each boundary), up
   to ``max_seq_length - 2`` tokens; no NSP.
+* ``doc_sentences``: RoBERTa's DOC-SENTENCES (Sec. 4.2): as
+  ``full_sentences``, but a row never crosses a document boundary: the
+  last row of a document ends with it, shorter and padded. RoBERTa then
+  raises the batch size to keep the tokens per batch about those of
+  FULL-SENTENCES; here the batch keeps its rows (static shapes), so a
+  batch holds fewer real tokens (the compare tool's tokens budget counts
+  padding too).
 * ``sentence_distance``: ERNIE 2.0's sentence distance task (Sun et al.,
   AAAI 2020, Sec. 4.2.2), NSP extended to 3 classes: 0 B follows A, 1 B is
   from A's document but not adjacent, 2 B is from another document. Chunks
@@ -71,7 +78,10 @@ from data_pipelines import pretokenize
 from data_pipelines.counter_rng import Stream
 from data_pipelines.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
-LAYOUTS = ('nsp', 'sop', 'full_sentences', 'sentence_distance', 'discourse')
+LAYOUTS = ('nsp', 'sop', 'full_sentences', 'doc_sentences',
+           'sentence_distance', 'discourse')
+# Single packed segments, no pairs: no NSP.
+PACKED_LAYOUTS = ('full_sentences', 'doc_sentences')
 # Layouts of sentence pairs, [CLS] A [SEP] B [SEP], labelled per pair.
 _PAIR_LAYOUTS = ('nsp', 'sop', 'sentence_distance', 'discourse')
 # Pair layouts that may draw B from another document: a split needs 2.
@@ -106,8 +116,9 @@ class Plan:
 
   Global sentence indices refer to ``DocumentIndex.sentence_lengths``.
   A is sentences [start, a_end); B is [a_end, end) unless ``is_random``.
-  ``swapped`` (SOP only) lays B out before A. For ``full_sentences``, the
-  instance is [start, end) and may span documents.
+  ``swapped`` (SOP only) lays B out before A. For the packed layouts the
+  instance is [start, end): ``full_sentences``' may span documents,
+  ``doc_sentences``' is within ``document``.
 
   ``label`` is the pair's label where the layout sets it (None: 1 for a
   random or swapped B): ``sentence_distance``'s class, where B is [a_end,
@@ -318,6 +329,37 @@ def plan_full_sentences(index: pretokenize.DocumentIndex,
   return _to_plan(columns)
 
 
+def plan_doc_sentences(index: pretokenize.DocumentIndex,
+                       max_seq_length: int) -> Plan:
+  """RoBERTa's DOC-SENTENCES: each document's sentences packed in order,
+  up to ``max_seq_length - 2`` tokens a row, a row never crossing into the
+  next document; instances in document order."""
+  max_num_tokens = max_seq_length - 2
+  csum = _cumsum0(index.sentence_lengths.astype(np.int64))
+  pos = index.document_offsets[:-1].astype(np.int64)
+  doc_end = index.document_offsets[1:].astype(np.int64)
+  starts, ends, documents = [], [], []
+  active = np.flatnonzero(pos < doc_end)   # Every row a document's.
+  while active.size:
+    p, e = pos[active], doc_end[active]
+    q = np.searchsorted(csum, csum[p] + max_num_tokens, side='right') - 1
+    q = np.clip(q, p + 1, e)  # A sentence too long alone is truncated.
+    starts.append(p)
+    ends.append(q)
+    documents.append(active)
+    pos[active] = q
+    active = active[q < e]
+  cat = lambda parts: (np.concatenate(parts) if parts
+                       else np.zeros(0, np.int64))
+  start, end, document = cat(starts), cat(ends), cat(documents)
+  order = np.argsort(start, kind='stable')
+  n = len(start)
+  return Plan(document=document[order], start=start[order],
+              a_end=end[order], end=end[order], is_random=np.zeros(n, bool),
+              target_length=np.full(n, max_num_tokens, np.int64),
+              swapped=np.zeros(n, bool))
+
+
 def _to_plan(columns) -> Plan:
   return Plan(**{k: np.concatenate(v) if v else np.zeros(0, np.int64)
                  for k, v in columns.items()})
@@ -439,8 +481,10 @@ class InstanceBuilder(TransientAttributes):
                              self.config.distance_probabilities)
           _log_fallbacks(plan, data_epoch)
         else:  # Packing is deterministic: every epoch has the same plan.
-          plan = self._plans.get(0) or plan_full_sentences(
-              self.index, self.config.max_seq_length)
+          pack = (plan_doc_sentences if self.config.layout == 'doc_sentences'
+                  else plan_full_sentences)
+          plan = self._plans.get(0) or pack(self.index,
+                                            self.config.max_seq_length)
         self._plans[data_epoch] = plan
         while len(self._plans) > 2:
           self._plans.popitem(last=False)
@@ -1032,14 +1076,14 @@ def check_fills_a_batch(dataset: BatchAccessDataset,
   per_instance = (
       'one per sentence that opens with a marker' if config.layout ==
       'discourse' else 'each document gives at least one' if config.layout
-      in _PAIR_LAYOUTS else 'full_sentences packs '
+      in _PAIR_LAYOUTS else f'{config.layout} packs up to '
       f'{config.max_seq_length - 2} tokens in each')
   raise pretokenize.DataError(
       f'{what}, from {documents} documents of {tokens} tokens '
       f'(data.layout={config.layout!r}: {per_instance}), fewer than one '
       f'batch of batch_size={global_batch_size}. Use more text, or lower '
       'batch_size, or data.eval_fraction (or data.max_seq_length for '
-      'full_sentences).')
+      'a packed layout).')
 
 
 def check_rows(rows: np.ndarray | None, global_batch_size: int) -> np.ndarray:

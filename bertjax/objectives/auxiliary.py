@@ -228,8 +228,8 @@ def _check_one_stream(cfg, name: str, num_stages: int,
   if layout not in instances_lib.LAYOUTS:
     errors.append(f'{where}.layout={layout!r}; use one of '
                   f'{instances_lib.LAYOUTS}.')
-  if layout == 'full_sentences' and cfg.objective.nsp_weight:
-    errors.append(f'{where}.layout=\'full_sentences\' has no sentence '
+  if layout in instances_lib.PACKED_LAYOUTS and cfg.objective.nsp_weight:
+    errors.append(f'{where}.layout={layout!r} has no sentence '
                   f'pairs, and NSP (objective.nsp_weight='
                   f'{cfg.objective.nsp_weight}) reads every stream\'s '
                   'batches: use objective.nsp_weight=0, or a pair layout '

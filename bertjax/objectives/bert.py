@@ -25,6 +25,7 @@ from bertjax.objectives import auxiliary
 from bertjax.objectives import base
 from bertjax.objectives import losses
 from bertjax.objectives import registry
+from data_pipelines import instances as instances_lib
 
 NAME = 'bert'
 
@@ -123,7 +124,8 @@ def export_family(cfg) -> str:
     return 'ernie'
   if m.num_layer_groups or m.embedding_size:
     return 'albert'
-  if (cfg.objective.nsp_weight == 0 and cfg.data.layout == 'full_sentences'
+  if (cfg.objective.nsp_weight == 0
+      and cfg.data.layout in instances_lib.PACKED_LAYOUTS
       and m.gelu == 'exact' and m.hidden_act == 'gelu'
       and not cfg.objective.sbo_weight and cfg.masking.strategy != 'span'):
     return 'roberta'

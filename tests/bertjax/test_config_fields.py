@@ -145,6 +145,8 @@ INVALID = {
     'objective.nsp_weight': [-1.0, _With(1.0, {'data.layout':
                                               'full_sentences',
                                               'objective.nsp_weight': 0.0}),
+                             _With(1.0, {'data.layout': 'doc_sentences',
+                                         'objective.nsp_weight': 0.0}),
                              _With(1.0, {**_CONTINUAL, 'data.layout': 'nsp'})],
     'objective.sbo_weight': [-1.0],
     'objective.sbo_count_offset': [-1.0],

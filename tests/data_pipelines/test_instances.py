@@ -339,6 +339,47 @@ def test_full_sentences_plan_is_the_same_every_epoch(corpus):
   np.testing.assert_array_equal(p0.end, p3.end)
 
 
+def test_plan_doc_sentences_packs_each_document_greedily():
+  """RoBERTa's DOC-SENTENCES: rows cover every document's sentences in
+  order, each row within one document, as many whole sentences as fit
+  (checked against a plain loop), a long sentence alone."""
+  corpus = random_corpus(600, seed=4, max_len=20, long_prob=0.02)
+  plan = instances.plan_doc_sentences(corpus.index, MAX_SEQ_LENGTH)
+  lengths = corpus.index.sentence_lengths
+  offsets = corpus.index.document_offsets
+  expected = []   # (document, start, end), greedily, document by document.
+  for doc in range(len(offsets) - 1):
+    s = offsets[doc]
+    while s < offsets[doc + 1]:
+      e = s + 1
+      while (e < offsets[doc + 1] and
+             lengths[s:e + 1].sum() <= MAX_SEQ_LENGTH - 2):
+        e += 1
+      expected.append((doc, s, e))
+      s = e
+  assert list(zip(plan.document.tolist(), plan.start.tolist(),
+                  plan.end.tolist())) == expected
+  np.testing.assert_array_equal(plan.a_end, plan.end)
+  assert not plan.is_random.any() and not plan.swapped.any()
+  assert (plan.end - plan.start == 1).sum() > 0
+
+
+def test_materialized_doc_sentences_hold_one_document():
+  corpus = random_corpus(200, seed=5, long_prob=0.02)
+  builder = instances.InstanceBuilder(
+      corpus.source, corpus.index,
+      instances.InstanceConfig('doc_sentences', MAX_SEQ_LENGTH), 0)
+  plan = builder.plan(0)
+  batch = builder.materialize_batch(plan, np.arange(len(plan)), 0)
+  for k in range(len(plan)):
+    ids = batch['input_ids'][k][batch['attention_mask'][k] > 0]
+    expected = corpus.tokens(plan.start[k], plan.end[k]) + NUM_SPECIAL
+    body = expected[:MAX_SEQ_LENGTH - 2]   # A sentence too long is cut.
+    np.testing.assert_array_equal(ids, [CLS_ID, *body, SEP_ID])
+  # Rows that end with their document are padded, not filled from the next.
+  assert (batch['attention_mask'].sum(1) < MAX_SEQ_LENGTH).mean() > 0.5
+
+
 # ---------------------------------------------------------------------------
 # pad_instance and InstanceDataset.
 
