@@ -206,6 +206,9 @@ def _masking_section() -> ml_collections.ConfigDict:
   k.span_upper = 10
   k.entity_mixture = (1 / 3, 1 / 3, 1 / 3)  # entity: ERNIE levels
                                             # (word, phrase, entity) per row.
+  k.split_punctuation = False  # Word units: each punctuation piece a word
+                              # of its own (BERT's basic tokenizer; off:
+                              # it belongs to the word it is written on).
   k.audit_tolerance = 0.0     # > 0: fail when a realized rate
                               # drifts further from its setting.
   return k
@@ -765,6 +768,10 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
   annotated = any(isinstance(c, ml_collections.ConfigDict)
                   and c.get('source') == 'files'
                   and c.get('text_format') == 'jsonl' for c in _corpora(d))
+  _check(not k.split_punctuation or k.strategy != 'token',
+         'masking.split_punctuation=True with masking.strategy="token": '
+         'token masking has no word units to split; use a word strategy '
+         '(whole_word, ngram, span, entity) or False.', errors)
   _check(k.strategy != 'entity' or bool(d.gazetteer_path) or annotated,
          'masking.strategy="entity" needs entity/phrase units: set '
          'data.gazetteer_path to a gazetteer file (one entity or phrase per '

@@ -53,7 +53,6 @@ import json
 import os
 import re
 from typing import Any
-import unicodedata
 
 import flax
 import flax.linen as nn
@@ -228,15 +227,6 @@ needn't shan shan't shouldn shouldn't wasn wasn't weren weren't won won't
 wouldn wouldn't 's 're""".split())
 
 
-def _is_punctuation(text: str) -> bool:
-  """Every character punctuation as BERT's basic tokenizer splits it off
-  (Unicode P*, and ASCII's other non-alphanumeric symbols)."""
-  return bool(text) and all(
-      unicodedata.category(c).startswith('P') or
-      (c.isascii() and c.isprintable() and not c.isalnum() and c != ' ')
-      for c in text)
-
-
 @functools.cache
 def _piece_tables(tok: tokenizer_lib.Tokenizer) -> tuple[np.ndarray, ...]:
   """bool [vocab] twice: is the piece punctuation; is it a word the
@@ -245,7 +235,7 @@ def _piece_tables(tok: tokenizer_lib.Tokenizer) -> tuple[np.ndarray, ...]:
   texts = [tok.id_to_piece(i).lstrip('\u2581').lower()
            for i in range(tok.vocab_size)]
   special = np.arange(tok.vocab_size) < tokenizer_lib.NUM_SPECIAL
-  punct = np.array([_is_punctuation(t) for t in texts]) & ~special
+  punct = tok.punctuation_table
   valid = np.array([re.fullmatch('[a-z]+', t) is not None and
                     t not in STOP_WORDS for t in texts]) & ~special
   return punct, valid

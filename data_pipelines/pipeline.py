@@ -133,7 +133,9 @@ def instance_config(cfg, layout: str = '', task_names=(), tokenizer=None
 def masking_config(cfg, prepared: Prepared) -> masking_lib.MaskingConfig:
   return masking_lib.MaskingConfig.from_config(
       cfg.masking, prepared.tokenizer.vocab_size,
-      prepared.train_unigram_counts)
+      prepared.train_unigram_counts,
+      punctuation=(prepared.tokenizer.punctuation_table
+                   if cfg.masking.split_punctuation else None))
 
 
 def _instances(prepared: pretokenize.PreparedData, cfg, split: str,

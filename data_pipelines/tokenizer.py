@@ -19,6 +19,7 @@ import io
 import itertools
 import math
 import sys
+import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -158,6 +159,25 @@ class Tokenizer:
   def word_starts(self, ids: np.ndarray) -> np.ndarray:
     """bool flags, same shape as ``ids``: does the token start a word?"""
     return self.word_start_table[ids]
+
+  @functools.cached_property
+  def punctuation_table(self) -> np.ndarray:
+    """bool [vocab_size]: is the piece (less its word-start "▁")
+    punctuation that BERT's basic tokenizer splits off as a word of its
+    own (``is_punctuation``); never a special."""
+    return np.array([i >= NUM_SPECIAL and is_punctuation(
+        self._sp.id_to_piece(i).lstrip(_WORD_START))
+                     for i in range(self.vocab_size)], dtype=bool)
+
+
+def is_punctuation(text: str) -> bool:
+  """Every character punctuation as BERT's basic tokenizer splits it off
+  (``_is_punctuation``: Unicode P*, and ASCII's other non-alphanumeric
+  symbols)."""
+  return bool(text) and all(
+      unicodedata.category(c).startswith('P') or
+      (c.isascii() and c.isprintable() and not c.isalnum() and c != ' ')
+      for c in text)
 
 
 def _case(character: str) -> int:

@@ -58,6 +58,8 @@ knobs and telemetry.py the counts of what the masking did.
 
 from __future__ import annotations
 
+import numpy as np
+
 from data_pipelines.masking import choose
 from data_pipelines.masking import replace
 from data_pipelines.masking.choose import ngram_probabilities
@@ -87,6 +89,18 @@ __all__ = [
 ]
 
 
+def split_at_punctuation(word_starts: np.ndarray, ids: np.ndarray,
+                         attention_mask: np.ndarray,
+                         punctuation: np.ndarray) -> np.ndarray:
+  """``word_starts`` [B, L] with a word starting at every punctuation piece
+  and at the real token after one: BERT's basic tokenizer's words
+  (``committee,`` is two words)."""
+  punct = punctuation[ids]
+  after = np.zeros_like(punct)
+  after[:, 1:] = punct[:, :-1]
+  return (word_starts | punct | after) & (attention_mask > 0)
+
+
 def mask_batch(batch: dict, config: MaskingConfig, seed: int) -> dict:
   """Adds masked-LM fields to a padded batch; corrupts ``input_ids``.
 
@@ -107,6 +121,10 @@ def mask_batch(batch: dict, config: MaskingConfig, seed: int) -> dict:
     int32 [B, P], the position where each prediction's unit begins.
   """
   replace.check_vocabulary(config)
+  if config.split_punctuation:
+    batch = dict(batch, word_starts=split_at_punctuation(
+        batch['word_starts'], batch['input_ids'], batch['attention_mask'],
+        config.punctuation))
   counters = Counters.of_batch(batch, seed)
   budget = num_to_predict(batch['attention_mask'].sum(axis=1), config.rate,
                           config.max_predictions_per_seq)    # Tokens, [B].

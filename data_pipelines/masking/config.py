@@ -39,6 +39,9 @@ class MaskingConfig:
     vocab_size: the tokenizer's real vocabulary (random tokens come from
       [NUM_SPECIAL, vocab_size)).
     unigram_counts: int [vocab_size] token counts, for 'unigram'.
+    split_punctuation: word units split at punctuation (``punctuation``:
+      bool [vocab_size], the tokenizer's ``punctuation_table``), each
+      punctuation piece a word, as BERT's basic tokenizer makes it.
   """
   strategy: str = 'token'
   rate: float = 0.15
@@ -55,10 +58,13 @@ class MaskingConfig:
   vocab_size: int = 0
   unigram_counts: np.ndarray | None = dataclasses.field(
       default=None, compare=False, repr=False)
+  split_punctuation: bool = False
+  punctuation: np.ndarray | None = dataclasses.field(
+      default=None, compare=False, repr=False)
 
   @classmethod
-  def from_config(cls, m, vocab_size: int = 0, unigram_counts=None
-                  ) -> 'MaskingConfig':
+  def from_config(cls, m, vocab_size: int = 0, unigram_counts=None,
+                  punctuation=None) -> 'MaskingConfig':
     """From the config's ``masking`` section and the tokenizer's data."""
     return cls(
         strategy=m.strategy, rate=m.rate,
@@ -69,7 +75,9 @@ class MaskingConfig:
         max_ngram=m.max_ngram, span_geometric_p=m.span_geometric_p,
         span_lower=m.span_lower, span_upper=m.span_upper,
         entity_mixture=tuple(m.entity_mixture),
-        vocab_size=vocab_size, unigram_counts=unigram_counts)
+        vocab_size=vocab_size, unigram_counts=unigram_counts,
+        split_punctuation=bool(m.get('split_punctuation', False)),
+        punctuation=punctuation)
 
   @functools.cached_property
   def unigram_cdf(self) -> np.ndarray:

@@ -251,6 +251,7 @@ INVALID = {
     'masking.entity_mixture': [(0.5, 0.5), (0.5, 0.6, 0.1),
                                (-0.5, 0.5, 1.0)],
     'masking.audit_tolerance': [-0.1],
+    'masking.split_punctuation': [True],   # The demo masks tokens.
     'optimizer.name': ['sgd'],
     'optimizer.schedule': ['cosine'],
     'optimizer.learning_rate': [0.0, -1e-3],

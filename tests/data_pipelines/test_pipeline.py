@@ -403,6 +403,34 @@ def test_word_strategies_mask_whole_words_of_the_real_data(prepared, cfg,
         assert position - 1 in positions, (strategy, row, position, label)
 
 
+def _mixed_units(batch, punctuation) -> int:
+  """Masked units of more than one token that hold a punctuation piece."""
+  count = 0
+  for row in range(len(batch['masked_ids'])):
+    used = batch['masked_weights'][row] > 0
+    starts = batch['masked_unit_start'][row][used]
+    labels = batch['masked_ids'][row][used]
+    for start in np.unique(starts):
+      unit = labels[starts == start]
+      count += len(unit) > 1 and punctuation[unit].any()
+  return count
+
+
+def test_split_punctuation_reaches_the_masking(prepared, cfg):
+  """Each sentence ends with '.': by default the period is masked with
+  its word; with masking.split_punctuation it is a word of its own."""
+  cfg = copy.deepcopy(cfg)
+  cfg.masking.strategy = 'whole_word'
+  punctuation = prepared.tokenizer.punctuation_table
+  assert punctuation[prepared.tokenizer.encode(['a.'])[0][-1]]
+  batches = _take(cfg, prepared, 4)
+  assert sum(_mixed_units(b, punctuation) for b in batches) > 0
+  cfg.masking.split_punctuation = True
+  batches = _take(cfg, prepared, 4)
+  assert sum(_mixed_units(b, punctuation) for b in batches) == 0
+  assert sum(int(b['masked_weights'].sum()) for b in batches) > 0
+
+
 def test_gazetteer_units_reach_the_masking(tmp_dir, tmp_path):
   """Entities from a gazetteer are labelled while pre-tokenizing and masked
   whole by the 'entity' strategy at the entity level."""

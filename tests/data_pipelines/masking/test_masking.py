@@ -159,3 +159,51 @@ def test_invariants_hold_for_any_shape(batch_size, seq_len, max_predictions,
     assert used.sum() == min(budget[row], candidates[row].sum())
     assert used.sum() <= max_predictions
     assert_row_invariants(out, ids, candidates, row)
+
+
+def _punctuation_batch():
+  """Word rows (words of about 4 tokens) and a punctuation table: every
+  id divisible by 7."""
+  batch = make_word_batch(64, 48, seed=9, start_prob=0.25)
+  punctuation = np.arange(VOCAB_SIZE) % 7 == 0
+  punctuation[:5] = False   # Specials are never punctuation.
+  return batch, punctuation
+
+
+def test_split_at_punctuation_makes_each_mark_a_word():
+  batch, punctuation = _punctuation_batch()
+  ids, mask = batch['input_ids'], batch['attention_mask'] > 0
+  split = masking.split_at_punctuation(batch['word_starts'], ids,
+                                       batch['attention_mask'], punctuation)
+  punct = punctuation[ids] & mask
+  after = np.zeros_like(punct)
+  after[:, 1:] = punct[:, :-1]
+  assert split[punct].all() and split[after & mask].all()
+  assert not split[~mask].any()   # Padding starts no word.
+  others = mask & ~punct & ~after
+  np.testing.assert_array_equal(split[others], batch['word_starts'][others])
+  assert (split != batch['word_starts']).sum() > 100
+
+
+def _punctuation_in_longer_units(batch, punctuation, split):
+  """Masked whole-word units of more than one token that hold a
+  punctuation piece."""
+  config = MaskingConfig(strategy='whole_word', max_predictions_per_seq=20,
+                         vocab_size=VOCAB_SIZE, split_punctuation=split,
+                         punctuation=punctuation if split else None)
+  out = masking.mask_batch(batch, config, seed=0)
+  count = 0
+  for row in range(len(out['masked_positions'])):
+    used = out['masked_weights'][row] > 0
+    starts = out['masked_unit_start'][row][used]
+    labels = out['masked_ids'][row][used]
+    for start in np.unique(starts):
+      unit = labels[starts == start]
+      count += len(unit) > 1 and punctuation[unit].any()
+  return count
+
+
+def test_split_punctuation_units_hold_no_mark_with_a_word():
+  batch, punctuation = _punctuation_batch()
+  assert _punctuation_in_longer_units(batch, punctuation, False) > 10
+  assert _punctuation_in_longer_units(batch, punctuation, True) == 0
