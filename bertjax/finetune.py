@@ -35,6 +35,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -64,6 +65,7 @@ from data_pipelines import downstream
 from data_pipelines import tokenizer as tokenizer_lib
 
 MODES = ('full', 'frozen', 'adapters', 'weighted_layers', 'gradual_unfreeze')
+LOSS_REDUCTIONS = ('mean', 'sum')
 INIT_WEIGHTS = ('pretrained', 'random')
 RESULT = 'downstream.json'
 # A multi-task run's workdir (bertjax/multitask.py) holds this file: its
@@ -82,7 +84,7 @@ _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'task', 'mode',
              'pooling', 'head_init', 'adapter_size', 'adapter_layer_norms',
              'max_seq_length', 'doc_stride', 'max_query_length',
              'batch_size', 'num_epochs', 'optimizer', 'unfreeze_every_steps',
-             'model')
+             'model', 'loss_reduction')
 # Batch features each kind trains on, besides the inputs.
 _INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
 _LABELS = {'classification': ('label',), 'regression': ('label',),
@@ -126,6 +128,9 @@ def base_config() -> ml_collections.ConfigDict:
                                   # orders (ELECTRA's MRPC and STS-B:
                                   # classification_tasks.py); not the eval
                                   # or dev sets.
+  c.task.regression_normalize = ()  # (min, max): regression labels become
+                                  # (label - min) / max, train and eval
+                                  # (ELECTRA's STS-B: (0, 5)); () = as given.
   c.task.dev_fraction = 0.0       # Carve this fraction of the training
                                   # examples (drawn from the seed) into a dev
                                   # set, scored at the end (dev_metrics): for
@@ -149,6 +154,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.unfreeze_every_steps = 0      # gradual_unfreeze; 0 = one epoch.
   c.batch_size = 32
   c.num_epochs = 3.0
+  c.loss_reduction = 'mean'       # mean | sum over a batch's examples
+                                  # (sum: ELECTRA's reduce_sum; sentence-
+                                  # level tasks only).
   c.model = ml_collections.ConfigDict()
   c.model.hidden_dropout_rate = 0.1
   c.model.attention_dropout_rate = 0.1
@@ -236,9 +244,7 @@ def validate(cfg, check_init: bool = True) -> None:
         f'{heads.KINDS}.')
   kind = (cfg.task.kind if cfg.task.name == 'files'
           else downstream.tfds_kind(cfg.task.name))
-  check(not cfg.task.double_unordered or kind not in ('token', 'span'),
-        f'task.double_unordered with a {kind} task: it swaps the texts of '
-        'sentence pairs (classification or regression); set it to False.')
+  errors.extend(task_problems(cfg.task, kind, cfg.loss_reduction, 'task'))
   context = cfg.max_seq_length - cfg.max_query_length - 3
   check(kind != 'span' or 0 < cfg.doc_stride < context,
         f'doc_stride={cfg.doc_stride} with max_seq_length='
@@ -255,6 +261,33 @@ def validate(cfg, check_init: bool = True) -> None:
                   '--workdir of a pretraining run (or an import).')
   if errors:
     raise FinetuneError('fine-tuning config: ' + ' '.join(errors))
+
+
+def task_problems(t, kind: str, loss_reduction: str, where: str
+                  ) -> list[str]:
+  """What is wrong with task section ``t`` (at ``where``) of ``kind`` ('':
+  not known before it loads) under ``loss_reduction``."""
+  problems = []
+  pairs_only = ('token', 'span')
+  if t.double_unordered and kind in pairs_only:
+    problems.append(f'{where}.double_unordered with a {kind} task: it swaps '
+                    'the texts of sentence pairs (classification or '
+                    'regression); set it to False.')
+  scale = tuple(t.regression_normalize)
+  if scale and (len(scale) != 2 or scale[1] <= 0 or kind not in (
+      'regression', '')):
+    problems.append(f'{where}.regression_normalize={scale}: give (min, max) '
+                    'with max > 0, for a regression task (ELECTRA\'s STS-B: '
+                    '(0, 5)), or ().')
+  if loss_reduction not in LOSS_REDUCTIONS:
+    problems.append(f'loss_reduction={loss_reduction!r}; use one of '
+                    f'{LOSS_REDUCTIONS}.')
+  elif loss_reduction == 'sum' and kind in pairs_only:
+    problems.append(f"loss_reduction='sum' with a {kind} task ({where}): "
+                    'the sum over examples is for sentence-level tasks '
+                    "(ELECTRA's classification and regression); use "
+                    "'mean'.")
+  return problems
 
 
 # ---------------------------------------------------------------------------
@@ -445,7 +478,7 @@ def unfreeze_depth(path: tuple[str, ...], model_cfg) -> int:
   top = model_cfg.num_layers + 1
   if path[0] == 'embeddings':
     return 0
-  if path[0].startswith('layer_'):
+  if re.fullmatch(r'layer_\d+', path[0]):   # Not layer_mix: a head.
     group = int(path[0].split('_')[1])
     return 1 + max(i for i in range(model_cfg.num_layers)
                    if model_cfg.layer_group(i) == group)
@@ -493,7 +526,22 @@ def load_task(cfg) -> tuple[downstream.Task, downstream.Task | None]:
     dev = dataclasses.replace(task, eval=dev_examples)
   if cfg.task.double_unordered:
     task = dataclasses.replace(task, train=both_orders(task.train))
+  scale = tuple(cfg.task.regression_normalize)
+  if scale:
+    if task.kind != 'regression':
+      raise FinetuneError(f'task.regression_normalize={scale} with a '
+                          f'{task.kind} task; set it for regression only.')
+    task, dev = (None if t is None else dataclasses.replace(
+        t, train=normalized(t.train, scale), eval=normalized(t.eval, scale))
+                 for t in (task, dev))
   return task, dev
+
+
+def normalized(examples: list, scale: tuple[float, float]) -> list:
+  """Regression ``examples`` with labels ``(label - min) / max``:
+  ELECTRA's ``RegressionTask._add_features`` (STS-B: (0, 5))."""
+  low, high = scale
+  return [dict(e, label=(e['label'] - low) / high) for e in examples]
 
 
 def both_orders(examples: list) -> list:
@@ -615,13 +663,18 @@ def _cross_entropy(logits, labels, weights):
   return jnp.sum(losses * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-def task_loss(kind: str, logits, batch) -> jax.Array:
-  """The task's training loss (float32 scalar) from the head's logits."""
-  if kind == 'classification':
-    return _cross_entropy(logits, batch['label'],
-                          jnp.ones(logits.shape[0], jnp.float32))
-  if kind == 'regression':
-    return jnp.mean((logits[:, 0] - batch['label']) ** 2)
+def task_loss(kind: str, logits, batch, reduction: str = 'mean'
+              ) -> jax.Array:
+  """The task's training loss (float32 scalar) from the head's logits:
+  a mean over the batch, or for a sentence-level kind with ``reduction``
+  'sum' the sum over its examples (ELECTRA's ``tf.reduce_sum``)."""
+  if kind in ('classification', 'regression'):
+    rows = logits.shape[0]
+    loss = (_cross_entropy(logits, batch['label'],
+                           jnp.ones(rows, jnp.float32))
+            if kind == 'classification' else
+            jnp.mean((logits[:, 0] - batch['label']) ** 2))
+    return loss * rows if reduction == 'sum' else loss
   if kind == 'token':
     labels = batch['labels']
     return _cross_entropy(logits, labels, (labels >= 0).astype(jnp.float32))
@@ -790,7 +843,13 @@ def layer_lr_scale(path: tuple[str, ...], model_cfg, decay: float
   d)``: the top layer ``decay ** 2`` (ELECTRA's table gives its head depth
   ``n_layers + 2`` and its top layer ``n_layers``), the embeddings
   ``decay ** (num_layers + 2)``. A shared group (ALBERT) takes its top
-  layer's; an adapter or norm, its layer's."""
+  layer's; an adapter or norm, its layer's. Every parameter has its place
+  (as ELECTRA's optimizer raises on a variable its table lacks)."""
+  if not (path[0] in (*heads.HEAD, 'heads', 'embeddings')
+          or re.fullmatch(r'layer_\d+', path[0])):
+    raise FinetuneError(f'layer-wise lr decay has no depth for parameter '
+                        f'{"/".join(path)} (scanned layers are unstacked '
+                        'for fine-tuning; this is another tree).')
   depth = unfreeze_depth(path, model_cfg)
   if depth == model_cfg.num_layers + 1:
     return 1.0
@@ -801,7 +860,7 @@ def scale_by_layer(model_cfg, decay: float) -> optax.GradientTransformation:
   """Each update times ``layer_lr_scale`` of its parameter (after the
   learning rate, and so on weight decay too, as ELECTRA's
   ``lr * (adam + decay_rate * param)``). Parameters ``finetune``'s or
-  ``multitask``'s: whatever is not embeddings or a layer is head."""
+  ``multitask``'s (its ``heads`` tree is head)."""
   def scale(path, update):
     keys = tuple(k.key for k in path       # Boxed leaves add a .value.
                  if isinstance(k, jax.tree_util.DictKey))
@@ -858,7 +917,7 @@ def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
                            batch['input_ids'], batch['token_type_ids'],
                            batch['attention_mask'], deterministic=False,
                            rngs={'dropout': key})
-      return task_loss(model.kind, logits, batch)
+      return task_loss(model.kind, logits, batch, cfg.loss_reduction)
 
     loss, grads = jax.value_and_grad(loss_fn)(trainable)
     grads = gate(grads, state.step)

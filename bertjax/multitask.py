@@ -119,7 +119,7 @@ _NOT_SHARED = ('task', 'mode', 'adapter_size', 'adapter_layer_norms',
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'tasks', 'mixing',
              'mixing_cap', 'mixing_temperature', 'mixing_block_steps',
              'num_steps', 'num_epochs', 'max_seq_length', 'batch_size',
-             'pooling', 'head_init', 'model', 'optimizer')
+             'pooling', 'head_init', 'model', 'optimizer', 'loss_reduction')
 
 
 class MultitaskError(finetune.FinetuneError):
@@ -229,6 +229,9 @@ def validate(cfg, check_init: bool = True) -> None:
     check(t.examples_per_class >= 0,
           f'tasks.{key}.examples_per_class={t.examples_per_class} must be '
           '>= 0 (0 = all).')
+    errors.extend(finetune.task_problems(
+        t, t.kind if t.name == 'files' else downstream.tfds_kind(t.name),
+        cfg.loss_reduction, f'tasks.{key}'))
     source = _source(t)
     check(source not in seen, f'tasks.{key} and tasks.{seen.get(source)} '
           f'are the same task (name={t.name!r}, train_path='
@@ -441,9 +444,10 @@ def make_steps(cfg, model: MultitaskModel, total_steps: int) -> Steps:
   """``model``'s steps with ``cfg``'s optimizer over ``total_steps`` (its
   warmup a proportion of them); task m's step updates only what it reads
   (the module docstring says why)."""
-  tx, schedule = finetune.make_optimizer(
+  warmup = cfg.optimizer.warmup_proportion * total_steps
+  tx, schedule = finetune.make_optimizer(   # ELECTRA's keeps the fraction.
       cfg, model.cfg, total_steps,
-      round(cfg.optimizer.warmup_proportion * total_steps))
+      warmup if cfg.optimizer.schedule == 'electra' else round(warmup))
   root_key = jax.random.key(cfg.seed)
   dropout_root = jax.random.fold_in(root_key, _DROPOUT_KEY)
 
@@ -459,7 +463,8 @@ def make_steps(cfg, model: MultitaskModel, total_steps: int) -> Steps:
     def loss_fn(params):
       logits = model.apply(params, task, batch, deterministic=False,
                            rngs={'dropout': key})
-      return finetune.task_loss(model.specs[task].kind, logits, batch)
+      return finetune.task_loss(model.specs[task].kind, logits, batch,
+                                cfg.loss_reduction)
 
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)

@@ -146,6 +146,9 @@ def validate(cfg) -> None:
   if cfg.mode != 'full':
     errors.append(f'mode={cfg.mode!r}: the student distils in full (every '
                   "weight trains); use mode='full'.")
+  if cfg.loss_reduction != 'mean':
+    errors.append(f'loss_reduction={cfg.loss_reduction!r}: task '
+                  "distillation's losses are TinyBERT's means; use 'mean'.")
   if cfg.optimizer.layerwise_lr_decay:
     errors.append('optimizer.layerwise_lr_decay='
                   f'{cfg.optimizer.layerwise_lr_decay}: TinyBERT trains '

@@ -39,12 +39,23 @@ pretrained with experiments/configs/electra.py:
   code's default is 1e-4 for small as well);
 - 3 epochs; 10 for RTE and STS-B, 2 for SQuAD (with 512 tokens); MRPC
   and STS-B train on each pair in both orders (``double_unordered``);
-- every weight trains (``mode=full``; other modes are refused).
+- every weight trains (``mode=full``; other modes are refused);
+- the loss is the sum over the batch's examples, not the mean
+  (``loss_reduction='sum'``: run_finetuning.py's ``tf.reduce_sum``), so
+  the global clip at 1.0 acts on 32 examples' summed gradient; STS-B's
+  labels are scaled to [0, 1] (``regression_normalize=(0, 5)``,
+  ``RegressionTask._add_features``).
 
 The linear layer starts from Glorot uniform (``head_init='glorot'``:
-``tf.layers.dense``'s default, which ELECTRA's heads take). Departure:
-SQuAD keeps BERT's span head (ELECTRA's predicts the end given the start,
-``joint_prediction``).
+``tf.layers.dense``'s default, which ELECTRA's heads take). Departures:
+SQuAD is v1.1 (ELECTRA's ``squad`` is 2.0) with BERT's span head and mean
+loss (ELECTRA's predicts the end given the start, ``joint_prediction``);
+an epoch is the full batches of a fresh permutation, the last partial
+batch left out, where ELECTRA pads the examples to a whole batch with
+zero-loss rows (``preprocessing.py``: RTE 770 steps here, 780 there),
+writes them once in an unseeded shuffle and reads them repeated through
+a 100-example shuffle buffer; on a TPU, ELECTRA's sum is per core and
+``CrossShardOptimizer`` averages the cores.
 
 The embedded task keeps its own sizing (examples, epochs, rate), which
 the demo's tiny model needs, and takes the rest.
@@ -123,4 +134,8 @@ def _electra(task, mode, size):
   elif task == 'squad':
     c.num_epochs, c.max_seq_length = 2.0, 512
   c.task.double_unordered = task in ('glue/mrpc', 'glue/stsb')
+  if task == 'glue/stsb':
+    c.task.regression_normalize = (0.0, 5.0)
+  if task != 'squad':   # Sentence-level heads: ELECTRA sums their losses.
+    c.loss_reduction = 'sum'
   return c

@@ -219,6 +219,11 @@ def test_layer_scales_are_electras_get_layer_lrs():
   assert scales == pytest.approx({
       'embeddings': 0.8 ** 5, 'layer_0': 0.8 ** 4, 'layer_1': 0.8 ** 3,
       'layer_2': 0.8 ** 2, 'pooler': 1.0, 'classifier': 1.0}, rel=1e-12)
+  # The scalar mix of weighted_layers is head; a tree it does not know is
+  # refused by name (ELECTRA's optimizer raises on a variable it lacks).
+  assert finetune.layer_lr_scale(('layer_mix', 'weights'), SMALL, 0.8) == 1.0
+  with pytest.raises(finetune.FinetuneError, match='layers/scan/kernel'):
+    finetune.layer_lr_scale(('layers', 'scan', 'kernel'), SMALL, 0.8)
 
 
 def _one_step(decay, pooling='first'):
@@ -295,6 +300,42 @@ def test_the_output_layer_starts_as_its_reference(head_init):
   assert kernel.var() == pytest.approx(variance, rel=0.05)
 
 
+def test_a_summed_loss_is_the_mean_times_the_examples():
+  rng = np.random.default_rng(6)
+  logits = jnp.asarray(rng.normal(size=(5, 3)), jnp.float32)
+  batch = {'label': jnp.asarray([0, 2, 1, 1, 0])}
+  for kind in ('classification', 'regression'):
+    if kind == 'regression':
+      batch = {'label': jnp.asarray(rng.normal(size=5), jnp.float32)}
+    mean = float(finetune.task_loss(kind, logits, batch))
+    assert float(finetune.task_loss(kind, logits, batch, 'sum')) == (
+        pytest.approx(5 * mean, rel=1e-6))
+  cfg = _config('full', loss_reduction='sum')
+  cfg.task.update(name='files', kind='token')
+  with pytest.raises(finetune.FinetuneError, match="'sum' with a token"):
+    finetune.validate(cfg, check_init=False)
+
+
+def test_regression_labels_are_normalized_as_electras_sts(tmp_path):
+  rows = [{'text': f'a {i}', 'pair': f'b {i}', 'label': i / 2}
+          for i in range(11)]
+  for name in ('train', 'eval'):
+    (tmp_path / f'{name}.jsonl').write_text(
+        ''.join(json.dumps(r) + '\n' for r in rows))
+  cfg = _config('full')
+  cfg.task.update(name='files', kind='regression', pair_field='pair',
+                  train_path=str(tmp_path / 'train.jsonl'),
+                  eval_path=str(tmp_path / 'eval.jsonl'),
+                  regression_normalize=(0.0, 5.0))
+  task, _ = finetune.load_task(cfg)
+  expected = [i / 10 for i in range(11)]   # (label - 0) / 5.
+  assert [e['label'] for e in task.eval] == pytest.approx(expected)
+  assert sorted(e['label'] for e in task.train) == pytest.approx(expected)
+  cfg.task.kind = 'classification'
+  with pytest.raises(finetune.FinetuneError, match='regression_normalize'):
+    finetune.validate(cfg, check_init=False)
+
+
 def test_both_orders_appends_the_swapped_pairs():
   pairs = [{'text': 'a', 'text_pair': 'b', 'label': 1},
            {'text': 'c', 'text_pair': 'd', 'label': 0}]
@@ -338,8 +379,15 @@ def test_electra_recipe_preset():
   o = mrpc.optimizer
   assert (mrpc.pooling, mrpc.head_init, o.schedule, o.learning_rate,
           o.layerwise_lr_decay, o.weight_decay, o.eps, mrpc.num_epochs,
-          mrpc.task.double_unordered) == (
-              'first', 'glorot', 'electra', 1e-4, 0.8, 0.01, 1e-6, 3.0, True)
+          mrpc.task.double_unordered, mrpc.loss_reduction) == (
+              'first', 'glorot', 'electra', 1e-4, 0.8, 0.01, 1e-6, 3.0, True,
+              'sum')
+  sts = preset_helpers.load_preset('finetune', 'task=glue/stsb,'
+                                   'recipe=electra')
+  assert (tuple(sts.task.regression_normalize), sts.num_epochs) == (
+      (0.0, 5.0), 10.0)
+  squad = preset_helpers.load_preset('finetune', 'task=squad,recipe=electra')
+  assert squad.loss_reduction == 'mean'   # Span heads take the mean.
   large = preset_helpers.load_preset('finetune', 'task=glue/rte,'
                                      'recipe=electra,size=large')
   assert (large.optimizer.learning_rate, large.optimizer.layerwise_lr_decay,

@@ -238,6 +238,14 @@ def test_electras_head_and_layer_decay_with_shared_heads():
     np.testing.assert_allclose(moved[1][key], expected[key[0]] * plain,
                                rtol=1e-4, atol=1e-7, err_msg='/'.join(key))
   assert np.abs(moved[0][('heads', 'b', 'classifier', 'kernel')]).max() > 0
+  # ELECTRA's schedule keeps the warmup's fraction: 1.5 steps of 15, so
+  # step 1 runs at (1 - 1/15) * (1 / 1.5) of the peak (2 steps: 1/2).
+  cfg.optimizer.schedule, cfg.optimizer.warmup_proportion = 'electra', 0.1
+  steps = multitask.make_steps(cfg, model, total_steps=15)
+  state = jax.jit(lambda: flax.linen.unbox(steps.init_state()))()
+  _, metrics = jax.jit(steps.train_steps[1])(state.replace(step=1), batch)
+  assert float(metrics['learning_rate']) == pytest.approx(
+      1e-2 * (1 - 1 / 15) / 1.5, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------
@@ -272,6 +280,9 @@ def _config(**tasks):
      "tasks.x has no field ['bogus']"),
     (lambda c: c.update({'mixing_block_steps': -1}),
      'mixing_block_steps=-1 must hold a step of each'),
+    (lambda c: c.update({'loss_reduction': 'sum', 'tasks': {
+        'ner': multitask.task_config('conll2003')}}),
+     "loss_reduction='sum' with a token task (tasks.ner)"),
 ])
 def test_bad_configs_are_refused_naming_the_field(change, message):
   cfg = multitask.base_config()
