@@ -724,10 +724,12 @@ def _check_across_sections(cfg, errors: list[str]) -> None:
   _check(m.attend_across_documents or (
       d.layout == 'full_sentences' and o.name == 'bert'),
          'model.attend_across_documents=False separates the documents '
-         'packed in a row, which only data.layout=full_sentences has (in '
-         f'{d.layout!r} a [SEP] separates segments A and B, which must '
-         'attend to each other), and only for objective.name=bert; use '
-         'True otherwise.', errors)
+         'packed in a row, which only data.layout=full_sentences has ('
+         + ('a doc_sentences row holds one document, so it would do '
+            'nothing' if d.layout == 'doc_sentences' else
+            f'in {d.layout!r} a [SEP] separates segments A and B, which '
+            'must attend to each other') + '), and only for '
+         'objective.name=bert; use True otherwise.', errors)
   _check(not m.scan_layers or (o.name == 'bert' and not m.num_layer_groups),
          'model.scan_layers=True needs objective.name=bert and no layer '
          'sharing (model.num_layer_groups=0): ELECTRA, distillation and '

@@ -336,7 +336,10 @@ def input_pipeline(cfg, saved_meta: dict | None, workdir: str,
   train_iter = iter(pipeline.train_dataset(prepared, cfg, rows))
   eval_batches = pipeline.eval_batches(prepared, cfg, rows)
   masking_cfg = pipeline.masking_config(cfg, prepared)
-  counts = sum(b[pipeline.STATISTICS] for b in eval_batches)
+  # Every process's rows of the eval batches, so the audit (which raises
+  # on every process alike) reads the global batches.
+  counts = distributed.sum_over_processes(
+      sum(b[pipeline.STATISTICS] for b in eval_batches))
   # Fail fast, before compiling; a run without MLM has nothing to audit.
   if cfg.masking.audit_tolerance and np.any(counts):
     masking_lib.audit(masking_lib.summarize_statistics(counts), masking_cfg,

@@ -13,7 +13,7 @@ Families and their transformers classes:
 | --- | --- | --- |
 | ``bert`` | ``objective.name=bert`` (BERT, wwm, span, ERNIE 1.0, SpanBERT) | ``BertForPreTraining`` |
 | ``ernie`` | ``bert`` with ``model.task_type_vocab_size`` > 0 (ERNIE 2.0) | ``ErnieForPreTraining`` |
-| ``roberta`` | ``bert`` without NSP on ``full_sentences`` | ``RobertaForMaskedLM`` |
+| ``roberta`` | ``bert`` without NSP on ``full_sentences`` or ``doc_sentences`` | ``RobertaForMaskedLM`` |
 | ``albert`` | ``bert`` with ``model.num_layer_groups`` or ``embedding_size`` | ``AlbertForPreTraining`` |
 | ``electra`` | ``objective.name=electra`` | ``ElectraForPreTraining`` (discriminator), ``ElectraForMaskedLM`` (generator) |
 | ``distilbert`` | ``objective.name=distillation`` (the student) | ``DistilBertForMaskedLM`` |

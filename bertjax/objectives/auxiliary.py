@@ -123,8 +123,15 @@ def check_stream(names, layout: str, objective, where: str,
                   'token\'s or unknown: set one side\'s weights to 0, or '
                   'give them separate streams (continual.streams).')
   for task in tasks:
-    if task.layout and task.layout != layout:
-      errors.append(f'tasks.{task.name} needs {where}={task.layout!r}; got '
+    # A task on packed rows takes either packing (a doc_sentences row is
+    # full_sentences' within one document).
+    packed = (task.layout in instances_lib.PACKED_LAYOUTS
+              and layout in instances_lib.PACKED_LAYOUTS)
+    if task.layout and task.layout != layout and not packed:
+      needs = (' or '.join(repr(x) for x in instances_lib.PACKED_LAYOUTS)
+               if task.layout in instances_lib.PACKED_LAYOUTS
+               else repr(task.layout))
+      errors.append(f'tasks.{task.name} needs {where}={needs}; got '
                     f'{layout!r}: set it, or tasks.{task.name}.weight=0.')
   # A layout whose pair label is a task's classes, not NSP's 2 (the NSP
   # head would read labels outside its classes: a NaN loss).

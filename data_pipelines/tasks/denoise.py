@@ -63,7 +63,8 @@ Design choices:
   where it is, so a pair keeps ``[CLS] A [SEP] B [SEP]`` with the same
   segment lengths. A [SEP] inside a segment (a document boundary of
   ``full_sentences``) travels with the sentence before it.
-- document_rotation needs ``data.layout='full_sentences'``: in a pair the
+- document_rotation needs a packed layout (``data.layout='full_sentences'``
+  or ``'doc_sentences'``): in a pair the
   rotated ``token_type_ids`` (1 then 0) would show where the original start
   is. Inner [SEP]s rotate with the content; a row with no word start after
   its first content token is not rotated.

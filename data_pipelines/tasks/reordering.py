@@ -21,7 +21,8 @@ Per row (the content between [CLS] and the final [SEP]):
    lexicographic rank among the permutations of n (0 = identity): for
    n = 3, new_to_old = (2, 0, 1) is class 1 + 2 + 4 = 7.
 
-The task needs ``data.layout='full_sentences'``: in a pair layout the
+The task needs a packed layout (``data.layout='full_sentences'`` or
+``'doc_sentences'``): in a pair layout the
 pieces would carry their ``token_type_ids`` and show where they were cut.
 Draws: ``Counters.uniform`` with the SENTENCE_REORDERING stream: a row's
 n with no counter, a cut point's key with its position, a piece's key with

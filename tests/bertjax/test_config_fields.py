@@ -292,6 +292,7 @@ INVALID = {
     'tasks.document_rotation.weight': [-1.0],
     'tasks.document_rotation.rate': [
         _With(0.0, _on('document_rotation', 'full_sentences')),
+        _With(0.0, _on('document_rotation', 'doc_sentences')),
         _With(1.5, _on('document_rotation', 'full_sentences'))],
     'tasks.sentence_reordering.weight': [-1.0],
     'tasks.sentence_reordering.m': [
@@ -535,3 +536,12 @@ def test_imported_preset_is_valid(tmp_path):
   path = tmp_path / 'config.json'
   path.write_text(json.dumps(config_lib.demo_config().to_dict()))
   config_lib.validate(preset_helpers.load_preset('imported', str(path)))
+
+
+def test_a_task_on_packed_rows_takes_either_packing():
+  """document_rotation trains on doc_sentences as on full_sentences; a pair
+  layout is refused naming both packings."""
+  config_lib.validate(_config(_on('document_rotation', 'doc_sentences')))
+  message = _error({'tasks.document_rotation.weight': 1.0})   # Demo: nsp.
+  assert ("tasks.document_rotation needs data.layout='full_sentences' or "
+          "'doc_sentences'; got 'nsp'") in message
