@@ -76,7 +76,7 @@ class MaskingConfig:
         span_lower=m.span_lower, span_upper=m.span_upper,
         entity_mixture=tuple(m.entity_mixture),
         vocab_size=vocab_size, unigram_counts=unigram_counts,
-        split_punctuation=bool(m.get('split_punctuation', False)),
+        split_punctuation=bool(getattr(m, 'split_punctuation', False)),
         punctuation=punctuation)
 
   @functools.cached_property
