@@ -21,6 +21,8 @@ from data_pipelines import pretokenize
 from data_pipelines import tokenizer as tokenizer_lib
 from data_pipelines.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID
 
+import masked_units
+
 _SYLLABLES = ('ka to ri an mel so vu ne pa li ost er gan du ba fe hi '
               'jo lu mar').split()
 
@@ -403,19 +405,6 @@ def test_word_strategies_mask_whole_words_of_the_real_data(prepared, cfg,
         assert position - 1 in positions, (strategy, row, position, label)
 
 
-def _mixed_units(batch, punctuation) -> int:
-  """Masked units of more than one token that hold a punctuation piece."""
-  count = 0
-  for row in range(len(batch['masked_ids'])):
-    used = batch['masked_weights'][row] > 0
-    starts = batch['masked_unit_start'][row][used]
-    labels = batch['masked_ids'][row][used]
-    for start in np.unique(starts):
-      unit = labels[starts == start]
-      count += len(unit) > 1 and punctuation[unit].any()
-  return count
-
-
 def test_split_punctuation_reaches_the_masking(prepared, cfg):
   """Each sentence ends with '.': by default the period is masked with
   its word; with masking.split_punctuation it is a word of its own."""
@@ -424,10 +413,12 @@ def test_split_punctuation_reaches_the_masking(prepared, cfg):
   punctuation = prepared.tokenizer.punctuation_table
   assert punctuation[prepared.tokenizer.encode(['a.'])[0][-1]]
   batches = _take(cfg, prepared, 4)
-  assert sum(_mixed_units(b, punctuation) for b in batches) > 0
+  assert sum(masked_units.punctuation_in_longer_units(b, punctuation)
+             for b in batches) > 0
   cfg.masking.split_punctuation = True
   batches = _take(cfg, prepared, 4)
-  assert sum(_mixed_units(b, punctuation) for b in batches) == 0
+  assert sum(masked_units.punctuation_in_longer_units(b, punctuation)
+             for b in batches) == 0
   assert sum(int(b['masked_weights'].sum()) for b in batches) > 0
 
 

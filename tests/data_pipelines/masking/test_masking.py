@@ -15,6 +15,7 @@ from data_pipelines.tokenizer import SEP_ID
 from masking_batches import VOCAB_SIZE, CONFIG, make_batch
 from masking_batches import assert_row_invariants, make_word_batch
 from masking_batches import used_slots as _used
+import masked_units
 
 
 def test_output_fields_and_dtypes(big):
@@ -191,16 +192,8 @@ def _punctuation_in_longer_units(batch, punctuation, split):
   config = MaskingConfig(strategy='whole_word', max_predictions_per_seq=20,
                          vocab_size=VOCAB_SIZE, split_punctuation=split,
                          punctuation=punctuation if split else None)
-  out = masking.mask_batch(batch, config, seed=0)
-  count = 0
-  for row in range(len(out['masked_positions'])):
-    used = out['masked_weights'][row] > 0
-    starts = out['masked_unit_start'][row][used]
-    labels = out['masked_ids'][row][used]
-    for start in np.unique(starts):
-      unit = labels[starts == start]
-      count += len(unit) > 1 and punctuation[unit].any()
-  return count
+  return masked_units.punctuation_in_longer_units(
+      masking.mask_batch(batch, config, seed=0), punctuation)
 
 
 def test_split_punctuation_units_hold_no_mark_with_a_word():
