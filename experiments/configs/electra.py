@@ -36,6 +36,13 @@ as there; TensorFlow's lookup trains their rows when they are.
       --workdir=$WORK/electra-small --config.data.corpus.source=files \
       --config.data.corpus.path='/data/corpus/*.txt'
 
+Fine-tune the discriminator with ELECTRA's recipe (layer-wise lr decay, no
+pooler, summed loss: experiments/configs/finetune.py says each piece):
+
+  python experiments/finetune.py \
+      --config=experiments/configs/finetune.py:task=glue/mrpc,recipe=electra,size=small \
+      --config.init=$WORK/electra-small --workdir=$WORK/electra-small-mrpc
+
 Departures:
 - data: data.layout='full_sentences' with objective.nsp_weight=0: sentences
   packed across documents into one segment. electra's builder packs
