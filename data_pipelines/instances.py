@@ -308,25 +308,10 @@ def plan_full_sentences(index: pretokenize.DocumentIndex,
   lane_of_doc = csum[doc_starts] // tokens_per_lane
   first = np.flatnonzero(np.diff(lane_of_doc, prepend=-1) > 0)
   pos = doc_starts[first].astype(np.int64)
-  lane_end = np.append(pos[1:], len(lengths))
-  columns = collections.defaultdict(list)
-  active = np.arange(len(pos))[pos < lane_end]
-  while active.size:
-    p, e = pos[active], lane_end[active]
-    q = np.searchsorted(csum, csum[p] + max_num_tokens, side='right') - 1
-    q = np.clip(q, p + 1, e)  # A sentence too long alone is truncated.
-    for name, value in (('start', p), ('end', q)):
-      columns[name].append(value)
-    pos[active] = q
-    active = active[q < e]
-  n = sum(len(x) for x in columns['start'])
-  columns['document'] = [np.searchsorted(
-      index.document_offsets, np.concatenate(columns['start']), 'right') - 1]
-  columns['a_end'] = columns['end']
-  columns['is_random'] = [np.zeros(n, bool)]
-  columns['target_length'] = [np.full(n, max_num_tokens, np.int64)]
-  columns['swapped'] = [np.zeros(n, bool)]
-  return _to_plan(columns)
+  start, end, _ = _pack_lanes(csum, pos, np.append(pos[1:], len(lengths)),
+                              max_num_tokens)
+  document = np.searchsorted(index.document_offsets, start, 'right') - 1
+  return _packed_plan(start, end, document, max_num_tokens)
 
 
 def plan_doc_sentences(index: pretokenize.DocumentIndex,
@@ -335,27 +320,46 @@ def plan_doc_sentences(index: pretokenize.DocumentIndex,
   up to ``max_seq_length - 2`` tokens a row, a row never crossing into the
   next document; instances in document order."""
   max_num_tokens = max_seq_length - 2
-  csum = _cumsum0(index.sentence_lengths.astype(np.int64))
-  pos = index.document_offsets[:-1].astype(np.int64)
-  doc_end = index.document_offsets[1:].astype(np.int64)
-  starts, ends, documents = [], [], []
-  active = np.flatnonzero(pos < doc_end)   # Every row a document's.
+  offsets = index.document_offsets.astype(np.int64)
+  # One lane per document: every row is a document's.
+  start, end, document = _pack_lanes(
+      _cumsum0(index.sentence_lengths.astype(np.int64)), offsets[:-1],
+      offsets[1:], max_num_tokens)
+  order = np.argsort(start, kind='stable')
+  return _packed_plan(start[order], end[order], document[order],
+                      max_num_tokens)
+
+
+def _pack_lanes(csum: np.ndarray, pos: np.ndarray, lane_end: np.ndarray,
+                max_num_tokens: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Greedy packing of each lane [pos, lane_end) of the sentence stream
+  (``csum``: its tokens' cumulative sum): rows of as many whole sentences
+  as fit in ``max_num_tokens``, a sentence too long alone a row of its own
+  (cut when built). (start, end, lane) of every row, all lanes' first
+  rows, then their second rows, and so on."""
+  pos = pos.copy()
+  starts, ends, lanes = [], [], []
+  active = np.flatnonzero(pos < lane_end)
   while active.size:
-    p, e = pos[active], doc_end[active]
+    p, e = pos[active], lane_end[active]
     q = np.searchsorted(csum, csum[p] + max_num_tokens, side='right') - 1
-    q = np.clip(q, p + 1, e)  # A sentence too long alone is truncated.
+    q = np.clip(q, p + 1, e)
     starts.append(p)
     ends.append(q)
-    documents.append(active)
+    lanes.append(active)
     pos[active] = q
     active = active[q < e]
   cat = lambda parts: (np.concatenate(parts) if parts
                        else np.zeros(0, np.int64))
-  start, end, document = cat(starts), cat(ends), cat(documents)
-  order = np.argsort(start, kind='stable')
+  return cat(starts), cat(ends), cat(lanes)
+
+
+def _packed_plan(start, end, document, max_num_tokens: int) -> Plan:
+  """The plan of packed rows [start, end) (no pairs)."""
   n = len(start)
-  return Plan(document=document[order], start=start[order],
-              a_end=end[order], end=end[order], is_random=np.zeros(n, bool),
+  return Plan(document=document, start=start, a_end=end, end=end,
+              is_random=np.zeros(n, bool),
               target_length=np.full(n, max_num_tokens, np.int64),
               swapped=np.zeros(n, bool))
 
