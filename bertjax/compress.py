@@ -68,7 +68,7 @@ def _load(workdir: str, step: int | None):
         f'{cfg.model.num_layer_groups}): a shared layer cannot lose heads '
         'or be dropped alone.')
   model = bert_objective.encoder_config(cfg, run.vocab_size)
-  params = hf_convert._unscanned(run.params, model.num_layers)  # pylint: disable=protected-access
+  params = hf_convert.unscanned(run.params, model.num_layers)
   model = dataclasses.replace(model, scan_layers=False)
   return run, model, params
 

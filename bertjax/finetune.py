@@ -75,10 +75,10 @@ _say = train_lib.say  # Process 0 prints.
 _META = 'finetune_meta.json'
 # Keys split once from the seed: head (and random encoder) init, dropout,
 # the batch order, the dev split.
-_INIT_KEY, _DROPOUT_KEY, _ORDER_KEY, _DEV_KEY = 1, 2, 3, 4
+INIT_KEY, _DROPOUT_KEY, _ORDER_KEY, _DEV_KEY = 1, 2, 3, 4
 # Kinds whose per-example held-out predictions downstream.json keeps (for
 # intervals over examples): one prediction per example.
-_PER_EXAMPLE = ('classification', 'regression')
+PER_EXAMPLE = ('classification', 'regression')
 # The config sections a resumed fine-tuning run must share.
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'task', 'mode',
              'pooling', 'head_init', 'adapter_size', 'adapter_layer_norms',
@@ -313,7 +313,7 @@ def _encoder_params(params: dict, cfg, model_cfg) -> dict:
   the shared tables), layers unstacked, heads other than the pooler left
   out."""
   params = objectives.get(cfg.objective.name).encoder_params(params)
-  params = hf_convert._unscanned(params, model_cfg.num_layers)  # pylint: disable=protected-access
+  params = hf_convert.unscanned(params, model_cfg.num_layers)
   keep = ('embeddings', 'pooler')
   return {k: v for k, v in params.items()
           if k in keep or k.startswith('layer_')}
@@ -333,7 +333,7 @@ def load_pretrained(workdir: str, step: int = 0) -> Pretrained:
     return _load_multitask(workdir, step)
   try:
     run = runs.load_run(workdir, step or None)
-    model_cfg = hf_convert._model_config(run.config, run.vocab_size)  # pylint: disable=protected-access
+    model_cfg = hf_convert.encoder_config(run.config, run.vocab_size)
   except (ValueError, hf_convert.ConversionError) as e:
     raise FinetuneError(f'init={workdir!r}: {e}') from e
   params = jax.tree.map(np.asarray, _encoder_params(run.params, run.config,
@@ -589,7 +589,7 @@ def _read_task(cfg) -> downstream.Task:
   return downstream.load_tfds(t.name, t.tfds_data_dir or None)
 
 
-def _encode(cfg, task, examples, tokenizer) -> dict:
+def encode_examples(cfg, task, examples, tokenizer) -> dict:
   return downstream.encode(task.kind, examples, tokenizer,
                            cfg.max_seq_length, doc_stride=cfg.doc_stride,
                            max_query_length=cfg.max_query_length)
@@ -618,9 +618,9 @@ def encode_task(cfg, tokenizer: tokenizer_lib.Tokenizer) -> TaskData:
   except downstream.TaskError as e:
     raise FinetuneError(f'task: {e}') from e
   return TaskData(
-      task, dev_task, _encode(cfg, task, task.train, tokenizer),
-      _encode(cfg, task, task.eval, tokenizer),
-      (_encode(cfg, dev_task, dev_task.eval, tokenizer)
+      task, dev_task, encode_examples(cfg, task, task.train, tokenizer),
+      encode_examples(cfg, task, task.eval, tokenizer),
+      (encode_examples(cfg, dev_task, dev_task.eval, tokenizer)
        if dev_task else None))
 
 
@@ -897,7 +897,7 @@ def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
 
   def init_state():
     dummy = jnp.zeros((1, length), jnp.int32)
-    params = model.init(jax.random.fold_in(root_key, _INIT_KEY), dummy,
+    params = model.init(jax.random.fold_in(root_key, INIT_KEY), dummy,
                         dummy, dummy + 1)['params']
     trainable, _ = split(params, cfg)
     return train_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params,
@@ -984,7 +984,7 @@ def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
     return state
   state = sharding.create_sharded(steps.init_state, compiled.state_sh)
   if cfg.init_weights == 'pretrained':
-    state = state.replace(params=_load_encoder(
+    state = state.replace(params=load_encoder(
         state.params, compiled.abstract_state.params, pretrained.params))
   return state
 
@@ -1047,7 +1047,7 @@ class FinetuneLoop:
           data.dev_task, self.predict_all(params, data.dev), data.dev,
           self._cfg)
       scores['dev_examples'] = len(data.dev_task.eval)
-    if task.kind in _PER_EXAMPLE:
+    if task.kind in PER_EXAMPLE:
       scores.update(per_example_predictions(task.kind, logits,
                                             data.eval['label']))
     return scores
@@ -1097,7 +1097,7 @@ def per_example_predictions(kind: str, logits: np.ndarray,
           'eval_labels': np.asarray(labels).tolist()}
 
 
-def _load_encoder(params: dict, abstract: dict, encoder: dict) -> dict:
+def load_encoder(params: dict, abstract: dict, encoder: dict) -> dict:
   """``params`` with the pretrained encoder's trees put in (and the head's
   pooler where the run has one); every pretrained tree must fit."""
   flat = flax.traverse_util.flatten_dict(params)

@@ -106,7 +106,6 @@ _say = train_lib.say  # Process 0 prints.
 _INIT_KEY, _DROPOUT_KEY = 1, 2
 _MIX_KEY = 5              # The order of the tasks' steps in each block.
 _SENTENCE_KINDS = ('classification', 'regression')
-_PER_EXAMPLE = finetune._PER_EXAMPLE  # pylint: disable=protected-access
 _INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
 # Task names the harness loads without files (besides TFDS's).
 _NAMED_TASKS = (downstream.EMBEDDED_NAME, downstream.EMBEDDED_TOP4_NAME,
@@ -706,7 +705,7 @@ def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
     return state
   state = sharding.create_sharded(steps.init_state, compiled.state_sh)
   if cfg.init_weights == 'pretrained':
-    state = state.replace(params=finetune._load_encoder(  # pylint: disable=protected-access
+    state = state.replace(params=finetune.load_encoder(
         state.params, compiled.abstract_state.params, pretrained.params))
   return state
 
@@ -766,7 +765,7 @@ class MultitaskLoop:
     if d.dev_task is not None:
       result['dev_metrics'] = finetune.evaluate_task(
           d.dev_task, self.predict_all(params, task, d.dev), d.dev, cfg)
-    if d.task.kind in _PER_EXAMPLE:   # For intervals over held-out examples.
+    if d.task.kind in finetune.PER_EXAMPLE:  # Intervals over examples.
       result.update(finetune.per_example_predictions(d.task.kind, logits,
                                                      d.eval['label']))
     return result

@@ -267,9 +267,9 @@ class MaskedLM:
                          f'objective.name={run.config.objective.name!r} '
                          'run; augmentation needs a BERT MLM head.')
     model_cfg = dataclasses.replace(
-        hf_convert._model_config(run.config, run.vocab_size),  # pylint: disable=protected-access
+        hf_convert.encoder_config(run.config, run.vocab_size),
         scan_layers=False, with_pooler_nsp=False, sbo_positions=0)
-    params = hf_convert._unscanned(run.params, model_cfg.num_layers)  # pylint: disable=protected-access
+    params = hf_convert.unscanned(run.params, model_cfg.num_layers)
     params = {k: v for k, v in params.items() if k not in ('pooler', 'nsp')}
     model = bert_lib.BertForPreTraining(model_cfg)
     self.length = min(max_seq_length, model_cfg.max_position_embeddings)
@@ -482,7 +482,7 @@ def _boxed_teacher(teacher: Teacher, max_seq_length: int):
   ids = jnp.zeros((1, max_seq_length), jnp.int32)
   boxes = jax.eval_shape(lambda: teacher.model.init(
       jax.random.key(0), ids, ids, ids + 1)['params'])
-  return distillation._box(boxes, teacher.params, np)  # pylint: disable=protected-access
+  return distillation.boxed_like(boxes, teacher.params, np)
 
 
 def distill_task(cfg, workdir: str) -> dict:
@@ -564,8 +564,9 @@ def _task_data(cfg, teacher: Teacher, student_run: finetune.Pretrained):
   if cfg.augment.copies:
     mlm = MaskedLM(cfg.augment.mlm or teacher.config.init, cfg.max_seq_length)
     augmented = augment_examples(cfg, data.task.train, mlm)
-    data = data._replace(train=finetune._encode(  # pylint: disable=protected-access
-        cfg, data.task, augmented, student_run.tokenizer))
+    train = finetune.encode_examples(cfg, data.task, augmented,
+                                     student_run.tokenizer)
+    data = data._replace(train=train)
   return data, augmented
 
 
@@ -640,7 +641,7 @@ def _restore_or_init(ckpt, steps, compiled, place, boxed, student_run,
     params['student'] = previous.params['student']
     params['projection'] = previous.params['projection']
   else:
-    params['student'] = finetune._load_encoder(  # pylint: disable=protected-access
+    params['student'] = finetune.load_encoder(
         params['student'], compiled.abstract_state.params['student'],
         student_run.params)
   return state.replace(params=params)

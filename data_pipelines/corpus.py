@@ -331,7 +331,7 @@ def open_binary(file: str) -> BinaryIO:
   return open(file, 'rb')  # pylint: disable=consider-using-with
 
 
-def _read_text(file: str, counts: collections.Counter | None = None) -> str:
+def read_text(file: str, counts: collections.Counter | None = None) -> str:
   """The whole of ``file`` (decompressed), as text."""
   with open_binary(file) as f:
     return _decode_utf8(f.read(), counts)
@@ -606,7 +606,7 @@ _SKIPPED_STDLIB_DIRS = frozenset(
      'lib2to3', 'ensurepip', '__pycache__', 'config-3', 'turtledemo'})
 
 
-def _is_prose(paragraph: str) -> bool:
+def is_prose(paragraph: str) -> bool:
   lines = paragraph.strip('\n').splitlines()
   if not lines:
     return False
@@ -625,7 +625,7 @@ def _docstring_sentences(docstring: str,
                          counts: collections.Counter | None = None
                          ) -> list[str]:
   paragraphs = re.split(r'\n\s*\n', inspect.cleandoc(docstring))
-  return _paragraphs_to_document([p for p in paragraphs if _is_prose(p)],
+  return _paragraphs_to_document([p for p in paragraphs if is_prose(p)],
                                  counts)
 
 
@@ -687,7 +687,7 @@ def _embedded_documents(counts: collections.Counter) -> Iterator[Document]:
   except ImportError:  # Some distributions strip pydoc_data.
     pass
   for file in stdlib_files():
-    document = _module_document(_read_text(file, counts), counts)
+    document = _module_document(read_text(file, counts), counts)
     if document:
       yield document
 
@@ -782,7 +782,7 @@ def parse_document(raw: tuple, counts: collections.Counter | None = None
   elif kind == 'jsonl':
     document = _parse_jsonl(raw[1], raw[2], counts)
   elif kind == 'file':
-    paragraphs = re.split(r'\n\s*\n', _read_text(raw[1], counts))
+    paragraphs = re.split(r'\n\s*\n', read_text(raw[1], counts))
     document = _paragraphs_to_document(paragraphs, counts)
   elif kind == 'text':   # A TFDS record: paragraphs a line each.
     document = _paragraphs_to_document(raw[1].split('\n'), counts)

@@ -147,13 +147,13 @@ def diagnose(init: str, cfg) -> str:
   if task.kind != 'classification':
     raise ValueError(f'{task.name} is {task.kind}; this reads classification '
                      'tasks.')
-  data = finetune._encode(cfg, task, task.train[:NUM_INPUTS],  # pylint: disable=protected-access
-                          pretrained.tokenizer)
+  data = finetune.encode_examples(cfg, task, task.train[:NUM_INPUTS],
+                                  pretrained.tokenizer)
   model = heads.DownstreamModel(model_cfg, 'classification', task.num_labels,
                                 pooling=cfg.pooling)
   dummy = jnp.zeros((1, cfg.max_seq_length), jnp.int32)
   random = model.init(jax.random.fold_in(jax.random.key(cfg.seed),
-                                         finetune._INIT_KEY),  # pylint: disable=protected-access
+                                         finetune.INIT_KEY),
                       dummy, dummy, dummy + 1)['params']
   random = flax.core.meta.unbox(random)   # Drop the logical-axis boxes.
   flat = flax.traverse_util.flatten_dict(random)

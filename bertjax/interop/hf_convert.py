@@ -459,7 +459,7 @@ def _get(tree: dict, path: tuple[str, ...]) -> np.ndarray:
   return np.asarray(tree)
 
 
-def _unscanned(params: dict, num_layers: int) -> dict:
+def unscanned(params: dict, num_layers: int) -> dict:
   """``model.scan_layers`` parameters (one stacked ``layers`` tree) as
   ``layer_0`` ... trees."""
   if 'layers' not in params:
@@ -527,10 +527,10 @@ def hf_state_dict(params: dict, cfg, family: str, vocab_size: int,
   """``params`` (a run's, nested arrays) as the tensors of ``family``'s
   transformers class, float32, the vocabulary trimmed to ``vocab_size``."""
   _check_task_embedding(cfg.model, family)
-  model_cfg = _model_config(cfg, vocab_size)
+  model_cfg = encoder_config(cfg, vocab_size)
   if family != 'electra':   # A distilled student, beside its teacher.
     params = objectives.get(cfg.objective.name).encoder_params(params)
-  params = pruning.zero_filled(_unscanned(params, model_cfg.num_layers),
+  params = pruning.zero_filled(unscanned(params, model_cfg.num_layers),
                                model_cfg)
   if family == 'albert':
     albert_groups_check(model_cfg.num_layers,
@@ -581,7 +581,7 @@ def _with_identity_projection(params: dict, hidden_size: int) -> dict:
   return dict(params, embeddings=embeddings)
 
 
-def _model_config(cfg, vocab_size: int):
+def encoder_config(cfg, vocab_size: int):
   """The run's encoder config, as its objective declares it (a distilled
   student's, ELECTRA's discriminator)."""
   try:
@@ -595,7 +595,7 @@ def _model_config(cfg, vocab_size: int):
 def hf_config(cfg, family: str, vocab_size: int, model_cfg=None,
               part: str | None = None) -> dict:
   """``config.json`` of the transformers class for ``cfg``'s model."""
-  m = model_cfg or _model_config(cfg, vocab_size)
+  m = model_cfg or encoder_config(cfg, vocab_size)
   if family == 'electra' and part == 'generator':
     _, generator = electra_objective.model_configs(cfg, vocab_size)
   act = 'gelu_new' if m.gelu_approximate else 'gelu'
@@ -976,7 +976,7 @@ def import_model(directory: str, generator_directory: str | None = None
   cfg = _config_from_hf(hf, family, generator_hf)
   if family != 'distilbert':   # A student's run also names its teacher.
     config_lib.validate(cfg)
-  model_cfg = _model_config(cfg, vocab_size)
+  model_cfg = encoder_config(cfg, vocab_size)
   dims = _dims(cfg, model_cfg)
   if family == 'roberta':
     dims['pad_token_id'] = hf.get('pad_token_id', 1)

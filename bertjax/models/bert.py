@@ -278,13 +278,13 @@ def shared_group(layer: int, num_layers: int, num_groups: int) -> int:
   return layer * num_groups // num_layers
 
 
-def _init(cfg: BertConfig, names: tuple[str | None, ...]):
+def param_init(cfg: BertConfig, names: tuple[str | None, ...]):
   return nn.with_logical_partitioning(
       nn.initializers.truncated_normal(cfg.initializer_range), names)
 
 
 def _word_init(cfg: BertConfig, names: tuple[str | None, ...]):
-  """The word table's init: ``_init``'s draw, with the padding rows (from
+  """The word table's init: ``param_init``'s draw, with the padding rows (from
   ``cfg.output_vocab_size`` on) zero. They have no gradient
   (``vocab_logits``), so they stay zero, and a norm of the table (LAMB's
   trust ratio) is the tokenizer's vocabulary's alone."""
@@ -297,7 +297,7 @@ def _word_init(cfg: BertConfig, names: tuple[str | None, ...]):
   return nn.with_logical_partitioning(init, names)
 
 
-def _zeros(names):
+def zeros_init(names):
   return nn.with_logical_partitioning(nn.initializers.zeros_init(), names)
 
 
@@ -318,7 +318,7 @@ class LayerNorm(nn.Module):
     return nn.LayerNorm(
         epsilon=self.cfg.layer_norm_epsilon, dtype=self.cfg.dtype,
         param_dtype=self.cfg.param_dtype, scale_init=_ones((self.axis,)),
-        bias_init=_zeros((self.axis,)))(x)
+        bias_init=zeros_init((self.axis,)))(x)
 
 
 class NoNorm(nn.Module):
@@ -334,7 +334,8 @@ class NoNorm(nn.Module):
     width = x.shape[-1]
     scale = self.param('scale', _ones((self.axis,)), (width,),
                        cfg.param_dtype)
-    bias = self.param('bias', _zeros((self.axis,)), (width,), cfg.param_dtype)
+    bias = self.param('bias', zeros_init((self.axis,)), (width,),
+                      cfg.param_dtype)
     x, scale, bias = nn.dtypes.promote_dtype(x, scale, bias, dtype=cfg.dtype)
     return x * scale + bias
 
@@ -394,26 +395,28 @@ class Embeddings(nn.Module):
     if cfg.trigram_input:
       self.trigram_projection = nn.Dense(
           cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-          kernel_init=_init(cfg, ('factor', 'embed')),
-          bias_init=_zeros(('embed',)))
+          kernel_init=param_init(cfg, ('factor', 'embed')),
+          bias_init=zeros_init(('embed',)))
     self.position = nn.Embed(cfg.max_position_embeddings, width,
-                             embedding_init=_init(cfg, ('pos', axis)),
+                             embedding_init=param_init(cfg, ('pos', axis)),
                              param_dtype=cfg.param_dtype, dtype=cfg.dtype)
     if cfg.type_vocab_size:
-      self.token_type = nn.Embed(cfg.type_vocab_size, width,
-                                 embedding_init=_init(cfg, ('types', axis)),
-                                 param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+      self.token_type = nn.Embed(
+          cfg.type_vocab_size, width,
+          embedding_init=param_init(cfg, ('types', axis)),
+          param_dtype=cfg.param_dtype, dtype=cfg.dtype)
     if cfg.task_type_vocab_size:
-      self.task_type = nn.Embed(cfg.task_type_vocab_size, width,
-                                embedding_init=_init(cfg, ('types', axis)),
-                                param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+      self.task_type = nn.Embed(
+          cfg.task_type_vocab_size, width,
+          embedding_init=param_init(cfg, ('types', axis)),
+          param_dtype=cfg.param_dtype, dtype=cfg.dtype)
     self.layer_norm = norm(cfg, axis)
     self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
     if cfg.factorized:
       self.projection = nn.Dense(
           cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-          kernel_init=_init(cfg, ('factor', 'embed')),
-          bias_init=_zeros(('embed',)))
+          kernel_init=param_init(cfg, ('factor', 'embed')),
+          bias_init=zeros_init(('embed',)))
 
   def __call__(self, input_ids, token_type_ids, deterministic: bool,
                task_type_ids=None):
@@ -565,10 +568,10 @@ class SelfAttention(nn.Module):
       out = out * gate.value[:, None].astype(out.dtype)
     axis = cfg.intra_axis
     out_kernel = self.param('out_kernel',
-                            _init(cfg, ('heads', 'kv', axis)),
+                            param_init(cfg, ('heads', 'kv', axis)),
                             (heads, cfg.head_dim, cfg.intra_width),
                             cfg.param_dtype)
-    out_bias = self.param('out_bias', _zeros((axis,)), (cfg.intra_width,),
+    out_bias = self.param('out_bias', zeros_init((axis,)), (cfg.intra_width,),
                           cfg.param_dtype)
     out, out_kernel, out_bias = nn.dtypes.promote_dtype(
         out, out_kernel, out_bias, dtype=cfg.dtype)
@@ -581,11 +584,11 @@ class SelfAttention(nn.Module):
     ``qk_kernel``) of ``x``, each [B, L, heads, K], by one matmul."""
     cfg = self.cfg
     name = 'qkv' if parts == 3 else 'qk'
-    kernel = self.param(f'{name}_kernel',
-                        _init(cfg, (self.input_axis, 'qkv', 'heads', 'kv')),
+    kernel = self.param(f'{name}_kernel', param_init(
+                            cfg, (self.input_axis, 'qkv', 'heads', 'kv')),
                         (x.shape[-1], parts, heads, cfg.head_dim),
                         cfg.param_dtype)
-    bias = self.param(f'{name}_bias', _zeros(('qkv', 'heads', 'kv')),
+    bias = self.param(f'{name}_bias', zeros_init(('qkv', 'heads', 'kv')),
                       (parts, heads, cfg.head_dim), cfg.param_dtype)
     # promote_dtype, not astype: an int8 model's kernels (bertjax/
     # quantization.py) are quantized arrays that only it passes through.
@@ -601,10 +604,10 @@ class SelfAttention(nn.Module):
   def _value(self, values, heads: int):
     """V [B, L, heads, K] of ``values`` [B, L, H] (``v_kernel``)."""
     cfg = self.cfg
-    kernel = self.param('v_kernel', _init(cfg, ('embed', 'heads', 'kv')),
+    kernel = self.param('v_kernel', param_init(cfg, ('embed', 'heads', 'kv')),
                         (values.shape[-1], heads, cfg.head_dim),
                         cfg.param_dtype)
-    bias = self.param('v_bias', _zeros(('heads', 'kv')),
+    bias = self.param('v_bias', zeros_init(('heads', 'kv')),
                       (heads, cfg.head_dim), cfg.param_dtype)
     values, kernel, bias = nn.dtypes.promote_dtype(values, kernel, bias,
                                                    dtype=cfg.dtype)
@@ -624,13 +627,13 @@ class FeedForward(nn.Module):
     cfg = self.cfg
     h = nn.Dense(cfg.intermediate_size, dtype=cfg.dtype,
                  param_dtype=cfg.param_dtype,
-                 kernel_init=_init(cfg, (self.axis, 'mlp')),
-                 bias_init=_zeros(('mlp',)), name='wi')(x)
+                 kernel_init=param_init(cfg, (self.axis, 'mlp')),
+                 bias_init=zeros_init(('mlp',)), name='wi')(x)
     h = _constrain(_activation(cfg, h), 'act_batch', 'act_len', 'act_mlp')
     return nn.Dense(x.shape[-1], dtype=cfg.dtype,
                     param_dtype=cfg.param_dtype,
-                    kernel_init=_init(cfg, ('mlp', self.axis)),
-                    bias_init=_zeros((self.axis,)), name='wo')(h)
+                    kernel_init=param_init(cfg, ('mlp', self.axis)),
+                    bias_init=zeros_init((self.axis,)), name='wo')(h)
 
 
 # model.remat -> jax.checkpoint policy (None: save nothing but the inputs).
@@ -694,7 +697,7 @@ class Adapter(nn.Module):
     h = nn.Dense(cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                  kernel_init=nn.with_logical_partitioning(
                      nn.initializers.truncated_normal(1e-3), (None, 'embed')),
-                 bias_init=_zeros(('embed',)), name='up')(_gelu(cfg, h))
+                 bias_init=zeros_init(('embed',)), name='up')(_gelu(cfg, h))
     return x + h
 
 
@@ -756,8 +759,8 @@ class MobileBertLayer(nn.Module):
     def bottleneck(name):
       h = nn.Dense(cfg.intra_width, dtype=cfg.dtype,
                    param_dtype=cfg.param_dtype,
-                   kernel_init=_init(cfg, ('embed', intra)),
-                   bias_init=_zeros((intra,)), name=name)(x)
+                   kernel_init=param_init(cfg, ('embed', intra)),
+                   bias_init=zeros_init((intra,)), name=name)(x)
       return _constrain(norm(cfg, intra, name=f'{name}_norm')(h),
                         'act_batch', 'act_len', f'act_{intra}')
 
@@ -787,8 +790,9 @@ class MobileBertLayer(nn.Module):
     if cfg.bottleneck:
       h = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
                    param_dtype=cfg.param_dtype,
-                   kernel_init=_init(cfg, (intra, 'embed')),
-                   bias_init=_zeros(('embed',)), name='output_bottleneck')(a)
+                   kernel_init=param_init(cfg, (intra, 'embed')),
+                   bias_init=zeros_init(('embed',)),
+                   name='output_bottleneck')(a)
       a = norm(cfg, name='output_norm')(
           x + dropout(h, deterministic=deterministic))
     return _constrain(a, 'act_batch', 'act_len', 'act_embed')
@@ -914,7 +918,7 @@ class SpanBoundaryHead(nn.Module):
     left, right, offset = span_boundaries(masked_positions, masked_unit_start)
     take = lambda i: jnp.take_along_axis(x, i[..., None], axis=1)
     position = nn.Embed(cfg.sbo_positions, cfg.sbo_width,
-                        embedding_init=_init(cfg, ('pos', None)),
+                        embedding_init=param_init(cfg, ('pos', None)),
                         param_dtype=cfg.param_dtype, dtype=cfg.dtype,
                         name='position')(
                             jnp.clip(offset, 0, cfg.sbo_positions - 1))
@@ -924,8 +928,8 @@ class SpanBoundaryHead(nn.Module):
         ((cfg.hidden_size, 'embed'), (cfg.embedding_width,
                                       cfg.embedding_axis))):
       h = nn.Dense(width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                   kernel_init=_init(cfg, (None, axis)),
-                   bias_init=_zeros((axis,)), name=f'dense_{i}')(h)
+                   kernel_init=param_init(cfg, (None, axis)),
+                   bias_init=zeros_init((axis,)), name=f'dense_{i}')(h)
       h = LayerNorm(cfg, axis, name=f'norm_{i}')(_gelu(cfg, h))
     return h
 
@@ -961,19 +965,19 @@ class BertForPreTraining(nn.Module):
     if cfg.with_pooler_nsp:
       self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
                              param_dtype=cfg.param_dtype,
-                             kernel_init=_init(cfg, ('embed', 'mlp')),
-                             bias_init=_zeros(('mlp',)))
+                             kernel_init=param_init(cfg, ('embed', 'mlp')),
+                             bias_init=zeros_init(('mlp',)))
       self.nsp = nn.Dense(2, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                          kernel_init=_init(cfg, ('embed', 'classes')),
-                          bias_init=_zeros(('classes',)))
+                          kernel_init=param_init(cfg, ('embed', 'classes')),
+                          bias_init=zeros_init(('classes',)))
     # The transform maps H to the embedding width, for the tied decoder.
     self.mlm_transform = nn.Dense(
         cfg.embedding_width, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-        kernel_init=_init(cfg, ('embed', 'factor' if cfg.factorized
-                                else 'mlp')),
-        bias_init=_zeros(('factor' if cfg.factorized else 'mlp',)))
+        kernel_init=param_init(cfg, ('embed', 'factor' if cfg.factorized
+                                     else 'mlp')),
+        bias_init=zeros_init(('factor' if cfg.factorized else 'mlp',)))
     self.mlm_norm = LayerNorm(cfg, cfg.embedding_axis)
-    self.mlm_bias = self.param('mlm_output_bias', _zeros(('vocab',)),
+    self.mlm_bias = self.param('mlm_output_bias', zeros_init(('vocab',)),
                                (cfg.vocab_size,), cfg.param_dtype)
     # MobileBERT: the decoder's rows beyond the word table's E dimensions
     # (TF's extra_output_weights); the SBO head scores against them too.
@@ -983,7 +987,7 @@ class BertForPreTraining(nn.Module):
                       if cfg.decoder_extra_width else None)
     if cfg.sbo_positions:
       self.sbo = SpanBoundaryHead(cfg)
-      self.sbo_bias = self.param('sbo_output_bias', _zeros(('vocab',)),
+      self.sbo_bias = self.param('sbo_output_bias', zeros_init(('vocab',)),
                                  (cfg.vocab_size,), cfg.param_dtype)
 
   def encode(self, input_ids, token_type_ids, attention_mask,

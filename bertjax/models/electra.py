@@ -106,7 +106,7 @@ class Encoder(nn.Module):
       x = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
                    param_dtype=cfg.param_dtype,
                    kernel_init=_glorot(('factor', 'embed')),
-                   bias_init=bert_lib._zeros(('embed',)),
+                   bias_init=bert_lib.zeros_init(('embed',)),
                    name='projection')(x)
       x = bert_lib._constrain(x, 'act_batch', 'act_len', 'act_embed')
     for layer in bert_lib.encoder_layers(cfg):
@@ -133,21 +133,21 @@ class Electra(nn.Module):
     # The MLM head maps to E for the decoder tied to the shared table.
     self.generator_transform = nn.Dense(
         width, dtype=gen.dtype, param_dtype=gen.param_dtype,
-        kernel_init=bert_lib._init(gen, ('embed', 'mlp')),
-        bias_init=bert_lib._zeros(('mlp',)))
+        kernel_init=bert_lib.param_init(gen, ('embed', 'mlp')),
+        bias_init=bert_lib.zeros_init(('mlp',)))
     self.generator_norm = bert_lib.LayerNorm(gen, 'embed')
     self.generator_bias = self.param(
-        'generator_output_bias', bert_lib._zeros(('vocab',)),
+        'generator_output_bias', bert_lib.zeros_init(('vocab',)),
         (cfg.vocab_size,), cfg.param_dtype)
     self.discriminator_encoder = Encoder(cfg)
     self.rtd_transform = nn.Dense(
         cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-        kernel_init=bert_lib._init(cfg, ('embed', 'mlp')),
-        bias_init=bert_lib._zeros(('mlp',)))
+        kernel_init=bert_lib.param_init(cfg, ('embed', 'mlp')),
+        bias_init=bert_lib.zeros_init(('mlp',)))
     self.rtd_output = nn.Dense(
         1, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
         kernel_init=_glorot(('mlp', 'classes')),
-        bias_init=bert_lib._zeros(('classes',)))
+        bias_init=bert_lib.zeros_init(('classes',)))
 
   def generate(self, input_ids, token_type_ids, attention_mask,
                masked_positions, deterministic: bool = True):

@@ -82,19 +82,19 @@ class DownstreamModel(nn.Module):
       self.mix = ScalarMix(name='layer_mix')
     if self.kind in ('classification', 'regression') and (
         self.pooling != 'first'):
-      self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.dtype,
-                             param_dtype=cfg.param_dtype,
-                             kernel_init=bert_lib._init(cfg, ('embed', 'mlp')),
-                             bias_init=bert_lib._zeros(('mlp',)))
+      self.pooler = nn.Dense(
+          cfg.hidden_size, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+          kernel_init=bert_lib.param_init(cfg, ('embed', 'mlp')),
+          bias_init=bert_lib.zeros_init(('mlp',)))
     outputs = 2 if self.kind == 'span' else self.num_labels
     self.classifier = nn.Dense(
         outputs, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-        kernel_init=(bert_lib._init(cfg, ('embed', 'classes'))
+        kernel_init=(bert_lib.param_init(cfg, ('embed', 'classes'))
                      if self.head_init == 'bert' else
                      nn.with_logical_partitioning(
                          nn.initializers.glorot_uniform(),
                          ('embed', 'classes'))),
-        bias_init=bert_lib._zeros(('classes',)))
+        bias_init=bert_lib.zeros_init(('classes',)))
     self.dropout = nn.Dropout(cfg.hidden_dropout_rate)
 
   def __call__(self, input_ids, token_type_ids, attention_mask,

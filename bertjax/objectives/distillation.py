@@ -244,7 +244,7 @@ def check_teacher(cfg, section: str, errors: list[str], use: str,
     return None
 
 
-def _check_tokenizer(model_path: str, teacher: TeacherRun) -> None:
+def check_teacher_tokenizer(model_path: str, teacher: TeacherRun) -> None:
   if (not storage.isfile(model_path) or
       storage.sha256(model_path) != teacher.tokenizer_sha256):
     raise TeacherError(
@@ -282,7 +282,7 @@ def prepare_config(cfg, section: str = NAME, mobilebert: bool = False
   cfg = cfg.copy_and_resolve_references()
   tok = cfg.data.tokenizer
   if tok.model_path:
-    _check_tokenizer(tok.model_path, teacher)
+    check_teacher_tokenizer(tok.model_path, teacher)
   else:
     tok.model_path = os.path.join(teacher.workdir, TOKENIZER_MODEL)
   return cfg
@@ -449,7 +449,7 @@ def _is_box(x) -> bool:
   return isinstance(x, nn.Partitioned)
 
 
-def _box(abstract, values, xp=jnp):
+def boxed_like(abstract, values, xp=jnp):
   """``values`` (plain arrays) in the boxes (logical names) of
   ``abstract``, cast to its dtypes (``xp``: jnp in a traced function, np
   for host arrays)."""
@@ -462,8 +462,8 @@ def _box(abstract, values, xp=jnp):
 def restore_teacher_inputs(teacher: TeacherRun, teacher_boxes) -> dict:
   """The teacher's parameters as host arrays in ``teacher_boxes``' boxes:
   a task's ``init_inputs``."""
-  return _box(teacher_boxes,
-              restore_teacher_params(teacher, nn.unbox(teacher_boxes)), np)
+  values = restore_teacher_params(teacher, nn.unbox(teacher_boxes))
+  return boxed_like(teacher_boxes, values, np)
 
 
 def flops_per_token(cfg, student: bert_lib.BertConfig,
@@ -500,7 +500,7 @@ def make_task(cfg, vocab_size: int) -> base.Task:
         f'{os.path.join(teacher.workdir, TOKENIZER_MODEL)} '
         '(experiments/configs/distilbert.py sets it from '
         'distillation.teacher_workdir).')
-  _check_tokenizer(model_path, teacher)
+  check_teacher_tokenizer(model_path, teacher)
   if teacher.vocab_size != vocab_size:
     raise TeacherError(f'the teacher in {teacher.workdir!r} has '
                        f'{teacher.vocab_size} vocabulary ids; this run '
@@ -525,8 +525,8 @@ def make_task(cfg, vocab_size: int) -> base.Task:
 
   def init(key, batch, teacher_params):
     del key, batch   # The student is a function of the teacher alone.
-    return {'teacher': _box(teacher_boxes, teacher_params),
-            'student': _box(student_boxes, student_params_from_teacher(
+    return {'teacher': boxed_like(teacher_boxes, teacher_params),
+            'student': boxed_like(student_boxes, student_params_from_teacher(
                 teacher_params, layers))}
 
   def loss(params, batch, key, deterministic):

@@ -349,7 +349,7 @@ def objective(terms: dict, student_out: dict, teacher_out: dict,
                                        t.ground_truth_ratio, nsp_weight)
   sequences = jnp.asarray(batch['input_ids'].shape[0], jnp.float32)
   for name, value in terms.items():
-    metrics.update(tinybert._sum_metrics(  # pylint: disable=protected-access
+    metrics.update(tinybert.sum_metrics(
         name, jnp.sum(value), sequences))
   if step is None:
     return jnp.sum(per_layer) / layers + distill, metrics
@@ -421,7 +421,7 @@ def make_task(cfg, vocab_size: int) -> base.Task:
   """
   t = cfg.mobilebert
   teacher = distillation.read_teacher(cfg, NAME, mobilebert=True)
-  # pylint: disable=protected-access
+
   tinybert._check_teacher_fits(cfg, teacher, vocab_size)
   nets = networks(cfg, teacher, vocab_size)
   teacher_boxes = distillation._abstract_params(nets.teacher)
@@ -433,9 +433,10 @@ def make_task(cfg, vocab_size: int) -> base.Task:
     del batch
     ids = jnp.zeros((1, 1), jnp.int32)
     student = nets.student.init(key, ids, ids, ids, ids)['params']
-    return {'teacher': distillation._box(teacher_boxes, teacher_params),
-            'student': distillation._box(student, student_params_from_teacher(
-                nn.unbox(student), teacher_params))}
+    from_teacher = student_params_from_teacher(nn.unbox(student),
+                                               teacher_params)
+    return {'teacher': distillation.boxed_like(teacher_boxes, teacher_params),
+            'student': distillation.boxed_like(student, from_teacher)}
 
   def loss(params, batch, key, deterministic, step=None):
     terms, student_out, teacher_out = nets.losses(

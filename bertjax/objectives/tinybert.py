@@ -278,8 +278,8 @@ class Projections(nn.Module):
     dense = lambda name: nn.Dense(
         self.teacher_width, dtype=self.student.dtype,
         param_dtype=self.student.param_dtype,
-        kernel_init=bert_lib._init(self.student, ('embed', None)),  # pylint: disable=protected-access
-        bias_init=bert_lib._zeros((None,)), name=name)  # pylint: disable=protected-access
+        kernel_init=bert_lib.param_init(self.student, ('embed', None)),
+        bias_init=bert_lib.zeros_init((None,)), name=name)
     hidden = dense('hidden')
     embedding = hidden if self.shared else dense('embedding')
     return embedding(embeddings), [hidden(h) for h in hidden_states]
@@ -296,7 +296,7 @@ def recorded(intermediates: dict, num_layers: int):
   return states, scores
 
 
-def _sum_metrics(name: str, value, count) -> dict:
+def sum_metrics(name: str, value, count) -> dict:
   """A loss's metric sums: value x count and count (summarize: the mean)."""
   return {f'{name}_loss_sum': value * count, f'{name}_count': count}
 
@@ -367,7 +367,7 @@ def objective(terms: dict, student_out: dict, teacher_out: dict,
                                          t.temperature)
   sequences = jnp.asarray(batch['input_ids'].shape[0], jnp.float32)
   for name, value in terms.items():
-    metrics.update(_sum_metrics(name, value, sequences))
+    metrics.update(sum_metrics(name, value, sequences))
   intermediate = (t.embedding_weight * terms['emb'] +
                   t.hidden_weight * terms['hidden'] +
                   t.attention_weight * terms['att'])
@@ -415,7 +415,7 @@ def _check_teacher_fits(cfg, teacher: distillation.TeacherRun,
         'data.tokenizer.model_path is "": the student must read the '
         'teacher\'s tokens; experiments/configs/tinybert.py sets it from '
         'tinybert.teacher_workdir.')
-  distillation._check_tokenizer(model_path, teacher)  # pylint: disable=protected-access
+  distillation.check_teacher_tokenizer(model_path, teacher)
   if teacher.vocab_size != vocab_size:
     raise distillation.TeacherError(
         f'the teacher in {teacher.workdir!r} has {teacher.vocab_size} '
@@ -440,7 +440,7 @@ def make_task(cfg, vocab_size: int) -> base.Task:
   teacher = distillation.read_teacher(cfg, NAME)
   _check_teacher_fits(cfg, teacher, vocab_size)
   nets = networks(cfg, teacher, vocab_size)
-  # pylint: disable=protected-access
+
   teacher_boxes = distillation._abstract_params(nets.teacher)
   width = nets.student.cfg.hidden_size
 
@@ -449,7 +449,7 @@ def make_task(cfg, vocab_size: int) -> base.Task:
     student_key, projection_key = jax.random.split(key)
     ids = jnp.zeros((1, 1), jnp.int32)
     x = jnp.zeros((1, 1, width), nets.student.cfg.dtype)
-    return {'teacher': distillation._box(teacher_boxes, teacher_params),
+    return {'teacher': distillation.boxed_like(teacher_boxes, teacher_params),
             'student': nets.student.init(student_key, ids, ids, ids,
                                          ids)['params'],
             'projection': nets.projections.init(projection_key, x,

@@ -35,22 +35,18 @@ _EMBEDDED_CLASSES = 8
 _TOP4_CLASSES = 4
 _EMBEDDED_MIN_PARAGRAPHS = 40
 _EVAL_PERCENT = 20
-# The corpus's own readers, so the embedded task sees exactly the pretraining
-# text.
-_read_text = corpus_lib._read_text  # pylint: disable=protected-access
-_is_prose = corpus_lib._is_prose  # pylint: disable=protected-access
 
 
 def _prose_paragraphs(docstring: str) -> list[str]:
   """The docstring's prose paragraphs (as corpus.py keeps them), one line each.
 
   Paragraphs are split at blank lines after ``inspect.cleandoc``; code,
-  doctests and tables are dropped by ``corpus._is_prose``; the paragraph's
+  doctests and tables are dropped by ``corpus.is_prose``; the paragraph's
   lines are joined with spaces and cleaned.
   """
   paragraphs = re.split(r'\n\s*\n', inspect.cleandoc(docstring))
   return [corpus_lib.clean_text(' '.join(p.strip('\n').splitlines()))
-          for p in paragraphs if _is_prose(p)]
+          for p in paragraphs if corpus_lib.is_prose(p)]
 
 
 def _stable_digest(text: str) -> bytes:
@@ -71,7 +67,7 @@ def _package_paragraphs() -> dict[str, tuple[str, ...]]:
     parts = os.path.relpath(file, root).split(os.sep)
     if len(parts) < 2:  # A single-file module, not a package.
       continue
-    for docstring in corpus_lib.module_docstrings(_read_text(file)):
+    for docstring in corpus_lib.module_docstrings(corpus_lib.read_text(file)):
       for paragraph in _prose_paragraphs(docstring):
         owners[paragraph].add(parts[0])
   packages: dict[str, list[str]] = collections.defaultdict(list)

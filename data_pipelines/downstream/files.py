@@ -26,8 +26,6 @@ _METRICS = {'classification': ('accuracy', 'f1'),
             'regression': ('pearson', 'spearman'),
             'token': ('entity_f1', 'accuracy'),
             'span': ('exact_match', 'span_f1')}
-# The corpus's reader: invalid UTF-8 is replaced, as in pretraining text.
-_read_text = corpus_lib._read_text  # pylint: disable=protected-access
 
 # A record with where it came from ('file:line', for errors).
 Located = tuple[str, dict]
@@ -38,7 +36,7 @@ Located = tuple[str, dict]
 
 def _read_jsonl(path: str) -> list[Located]:
   records = []
-  for number, line in enumerate(_read_text(path).splitlines(), 1):
+  for number, line in enumerate(corpus_lib.read_text(path).splitlines(), 1):
     if not line.strip():
       continue
     where = f'{path}:{number}'

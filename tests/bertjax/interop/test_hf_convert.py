@@ -128,7 +128,7 @@ def _apply(model, params, *args, method=None):
 def _bertjax_logits(imported, ids, types, mask, part=None):
   """The imported model's own forward: float32 logits, vocabulary trimmed."""
   cfg, vocab = imported.config, imported.vocab_size
-  model_cfg = hf_convert._model_config(cfg, vocab)   # pylint: disable=protected-access
+  model_cfg = hf_convert.encoder_config(cfg, vocab)
   args = (jnp.asarray(ids), jnp.asarray(types), jnp.asarray(mask))
   positions = jnp.tile(jnp.arange(LENGTH)[None], (ids.shape[0], 1))
   if imported.family == 'electra':
