@@ -210,6 +210,18 @@ def test_materialized_pairs(corpus):
         b_end[k])
     b_docs = corpus.doc_of_token(b_ + NUM_SPECIAL)
     assert (b_docs == plan.document[k]).all() == (plan.label[k] != 2)
+    # Truncation cuts A's front and B's back only: A ends with its last
+    # sentence and B opens with its first, so the class is what the model
+    # sees (a class-0 B follows A's last shown sentence).
+    assert a[-1] == corpus.csum[plan.a_end[k]] - 1
+    assert b_[0] == corpus.csum[b_start[k]]
+    follows = b_docs[0] == plan.document[k] and (
+        sentence_of[b_[0]] == sentence_of[a[-1]] + 1)
+    assert follows == (plan.label[k] == 0)
+  # The corpus's long sentences make truncation cut many pairs of each
+  # class (so the cuts above are tested).
+  full = batch['attention_mask'].sum(1) == MAX_SEQ_LENGTH
+  assert np.bincount(plan.label[full], minlength=3).min() > 20
 
 
 def test_same_seed_same_bytes_and_other_seeds_differ(corpus):
