@@ -69,6 +69,7 @@ class _MaskAndPack(grain.transforms.Map):
         batch = apply(batch, params, self.seed)
     if self.mlm:
       batch = masking_lib.mask_batch(batch, self.config, self.seed)
+      batch = unlabel_rewritten(batch, [n for n, _ in self.tasks])
     else:
       batch.update(_no_predictions(batch['input_ids'].shape[0],
                                    self.config.max_predictions_per_seq))
@@ -82,6 +83,26 @@ class _MaskAndPack(grain.transforms.Map):
     out[STATISTICS] = (masking_lib.statistics(batch) if self.mlm else
                        np.zeros(masking_lib.NUM_STATISTICS))
     return out
+
+
+def unlabel_rewritten(batch: dict, names) -> dict:
+  """Weight 0 where MLM put [MASK] or a random token, for the tasks among
+  ``names`` whose labels say what became of the token shown there
+  (``HostTask.shown_token_labels``): the input no longer shows that token,
+  so the label would not fit it (a random token labelled "not replaced",
+  a [MASK] over an inserted one)."""
+  fields = [tasks_lib.get(n).weight_field for n in names
+            if tasks_lib.get(n).shown_token_labels]
+  if not fields:
+    return batch
+  rewritten = ((batch['masked_weights'] > 0)
+               & (batch['masked_corruption'] != masking_lib.CORRUPT_KEEP))
+  rows = np.broadcast_to(np.arange(len(rewritten))[:, None],
+                         rewritten.shape)
+  shown = np.ones(batch['input_ids'].shape, bool)
+  shown[rows[rewritten], batch['masked_positions'][rewritten]] = False
+  return dict(batch, **{f: batch[f] * shown.astype(batch[f].dtype)
+                        for f in fields})
 
 
 def _task_fields(batch: dict, built, all_tasks) -> dict:

@@ -44,6 +44,10 @@ class HostTask:
       facts about them are not theirs (inserted, replaced or shuffled
       tokens: ``capitalized`` and ``token_document_labels`` there are the
       position's original token's, or made up).
+    shown_token_labels: its labels say what became of the token each
+      position shows (inserted, replaced, moved), so where MLM then puts
+      [MASK] or a random token the label no longer fits the input: the
+      pipeline gives those positions weight 0.
     token_facts: its labels are those builder's facts, true only of the
       tokens the corpus has at each position: it shares no stream with a
       ``new_tokens`` task.
@@ -71,6 +75,7 @@ class HostTask:
   apply: Callable[[dict, dict, int], dict] | None = None
   corrupts: bool = False
   new_tokens: bool = False
+  shown_token_labels: bool = False
   token_facts: bool = False
   across_documents: bool = False
   defaults: Callable[[], dict] = _no_knobs

@@ -507,7 +507,8 @@ def rotate_documents(batch: dict, params: dict, seed: int) -> dict:
 # The declarations.
 
 # The four token-level detections: (name, corruption, whether it leaves
-# tokens without their facts, what the head says).
+# tokens without their facts and labels what became of the token shown,
+# what the head says).
 _RATE_TASKS = (
     ('token_deletion', delete_tokens, False,
      'BART token deletion: which tokens follow a deleted one.'),
@@ -520,6 +521,7 @@ _RATE_TASKS = (
 )
 for _name, _apply, _new_tokens, _description in _RATE_TASKS:
   register(token_task(_name, _apply, corrupts=True, new_tokens=_new_tokens,
+                      shown_token_labels=_new_tokens,
                       defaults=lambda: {'rate': 0.15},
                       check=_rate_task_check(_name, 0.15),
                       description=_description))

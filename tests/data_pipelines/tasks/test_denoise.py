@@ -6,9 +6,12 @@ import math
 import numpy as np
 import pytest
 
+from data_pipelines import masking
+from data_pipelines import pipeline
 from data_pipelines import tasks
 from data_pipelines.tasks import denoise
-from data_pipelines.tokenizer import CLS_ID, NUM_SPECIAL, PAD_ID, SEP_ID
+from data_pipelines.tokenizer import (CLS_ID, MASK_ID, NUM_SPECIAL, PAD_ID,
+                                      SEP_ID)
 
 VOCAB_SIZE = 1000
 SEED = 3
@@ -545,3 +548,28 @@ def test_check_messages():
         f'tasks.sentence_permutation.max_sentences={bad!r} must be an int '
         '>= 2 (its head\'s classes: sentences with a larger index get no '
         'label); use e.g. 16.']
+
+
+@pytest.mark.parametrize('name', ['token_insertion', 'token_replacement',
+                                  'token_shuffle'])
+def test_positions_mlm_rewrites_are_not_labels(name):
+  # MLM after the corruption: where it shows [MASK] or a random token, the
+  # label (what became of the token shown) no longer fits the input.
+  rng = np.random.default_rng(9)
+  corrupted = apply(name, make_batch(random_rows(rng, 200, 100), 128))
+  masked = masking.mask_batch(
+      corrupted, masking.MaskingConfig(vocab_size=VOCAB_SIZE), SEED)
+  out = pipeline.unlabel_rewritten(masked, [name])
+  weights, kept = masked[f'{name}_weights'], out[f'{name}_weights']
+  expected = weights.copy()
+  for b, s in zip(*np.nonzero(masked['masked_weights'])):
+    if masked['masked_corruption'][b, s] != masking.CORRUPT_KEEP:
+      expected[b, masked['masked_positions'][b, s]] = 0
+  np.testing.assert_array_equal(kept, expected)
+  assert kept.dtype == weights.dtype
+  assert not kept[masked['input_ids'] == MASK_ID].any()
+  # About 15% x 90% of the labels go; the others stay.
+  dropped = ((weights > 0) & (kept == 0)).sum() / (weights > 0).sum()
+  assert 0.10 < dropped < 0.17, dropped
+  # A task whose labels are about the gaps, not the tokens, keeps them.
+  assert pipeline.unlabel_rewritten(masked, ['token_deletion']) is masked
