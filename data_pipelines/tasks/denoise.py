@@ -29,8 +29,9 @@ document_rotation     the content rotated to start at a random word start
 0. Every draw is ``Counters.uniform(seed, stream, mask_epoch,
 example_index, counter)`` with the task's stream: the counter is the
 position for a position's first draw and ``-1 - position`` for its second
-(a sentence's draw uses its original index; a row's draw no counter), so a
-row's corruption does not depend on the batch it sits in.
+(a sentence's draw uses its original index; a row's draw no counter, but
+document rotation's two, 0 and 1), so a row's corruption does not depend
+on the batch it sits in.
 
 Deletion, insertion, sentence permutation and document rotation move
 every per-token field with the tokens (``input_ids``, ``token_type_ids``,
