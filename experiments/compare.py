@@ -408,6 +408,12 @@ def settings_key(cfg) -> str:
   run's resume (a new field's default keeps the old behaviour)."""
   base = (finetune.base_config() if 'task' in cfg
           else config_lib.base_config()).to_dict()
+  return _changed_digest(cfg.to_dict(), base)
+
+
+def _changed_digest(tree: dict, defaults: dict) -> str:
+  """A digest of the fields of ``tree`` that differ from ``defaults``,
+  less where files go."""
 
   def changed(tree, defaults):
     if isinstance(tree, dict):
@@ -422,9 +428,27 @@ def settings_key(cfg) -> str:
       return out if out else _SAME
     return _SAME if _same(tree, defaults) else tree
 
-  text = json.dumps(changed(cfg.to_dict(), base), sort_keys=True,
-                    default=repr)
+  text = json.dumps(changed(tree, defaults), sort_keys=True, default=repr)
   return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# The sections that decide a run's held-out MLM batches (inputs and masks)
+# at its seed; besides them, the tasks that rewrite the input.
+_HELD_OUT_SECTIONS = ('data', 'masking', 'continual')
+
+
+def held_out_sections(cfg) -> dict:
+  """Section -> digest, for what decides the run's held-out MLM batches at
+  its seed: two runs whose digests agree are evaluated on the same inputs
+  and masks (a task that only adds labels leaves them as they are)."""
+  base = config_lib.base_config()
+  names = list(_HELD_OUT_SECTIONS) + [
+      f'tasks.{n}' for n in tasks_lib.names()
+      if tasks_lib.get(n).corrupts and cfg.tasks[n].weight]
+  return {name: _changed_digest(
+      {'v': train.config_section(cfg, name)},
+      {'v': train.config_section(base, name) if name in _HELD_OUT_SECTIONS
+       else None}) for name in names}
 
 
 _SAME = object()
@@ -892,6 +916,11 @@ def downstream_groups(rows: list[dict], control_repeats: int = 1
   return list(groups.values())
 
 
+def _seed_ids(seeds) -> str:
+  """The seeds (keys of ``{seed: row}``, or a set), for a ``seeds`` cell."""
+  return ', '.join(map(str, sorted(seeds)))
+
+
 def merge_repeats(rows: list[dict]) -> dict:
   """One row for a control seed's repeats: every metric their mean, and
   per held-out example the fraction of them that were right
@@ -992,7 +1021,7 @@ def report(plan: Plan, rows: list[dict], command: str,
       if not by_seed:
         continue
       first = next(iter(by_seed.values()))
-      cells = [arm, budget, first['objective_label'], str(len(by_seed)),
+      cells = [arm, budget, first['objective_label'], _seed_ids(by_seed),
                _human(first['parameters']) if first['parameters'] else '-',
                str(first['steps']), _human(first['tokens']),
                _human(first['flops']),
@@ -1005,7 +1034,7 @@ def report(plan: Plan, rows: list[dict], command: str,
                                for r in by_seed.values()]) if same else '-')
       cells.append(_task_accuracies(by_seed.values()))
       lines.append('| ' + ' | '.join(cells) + ' |')
-  lines += _pretrain_differences(plan, pre, budgets)
+  lines += _pretrain_differences(plan, pre)
   groups = downstream_groups(rows, plan.control_repeats)
   if groups:
     lines += _downstream_section(plan, groups, arms, budgets)
@@ -1024,36 +1053,70 @@ def _task_accuracies(rows) -> str:
   return '; '.join(cells) or '-'
 
 
-def _pretrain_differences(plan: Plan, pre: dict, budgets) -> list[str]:
-  """Each arm's held-out MLM loss minus the baseline's, paired by seed
-  (the same seed: the same batches and masks), with its 95% interval over
-  the seeds both have; only between arms whose MLM loss is the encoder's
-  own (``COLUMNS``: not ELECTRA's generator's)."""
+def _held_out_sections(plan: Plan, arm: Arm, kind: str, amount: float):
+  """``held_out_sections`` of the arm's config at one budget; None for a
+  finished workdir that is not here to read."""
+  if arm.workdir:
+    if not storage.exists(arm.workdir):
+      return None
+    return held_out_sections(saved_config(arm.workdir))
+  return held_out_sections(
+      arm_config(arm, plan.overrides, plan.seeds[0], kind, amount))
+
+
+def _pretrain_differences(plan: Plan, pre: dict) -> list[str]:
+  """Each arm's held-out MLM loss minus the baseline's, paired by seed,
+  with its 95% interval over the seeds both have; only between arms whose
+  MLM loss is the encoder's own (``COLUMNS``: not ELECTRA's generator's)
+  and whose held-out batches are the baseline's (the same data, masking
+  and corruption: at one seed, the same inputs and masks). The others are
+  named, with what differs: their losses are over other tokens."""
   _, metric, objectives = COLUMNS[0]
-  lines = []
+  lines, apart = [], []
 
   def measured(row) -> bool:
     return (row['objective'] in objectives and
             row['final'].get(metric) is not None)
 
-  for budget in budgets:
+  by_name = {a.name: a for a in plan.arms}
+  for kind, amount in plan.budgets:
+    budget = budget_label(kind, amount)
     base = pre.get((plan.baseline, budget), {})
+    base_sections = None
     for arm in (a.name for a in plan.arms if a.name != plan.baseline):
       ours = pre.get((arm, budget), {})
       seeds = sorted(s for s in set(ours) & set(base)
                      if measured(ours[s]) and measured(base[s]))
       if not seeds:
         continue
+      if base_sections is None:
+        base_sections = _held_out_sections(
+            plan, by_name[plan.baseline], kind, amount) or {}
+      sections = _held_out_sections(plan, by_name[arm], kind, amount)
+      differ = (['its workdir is not here'] if sections is None else
+                sorted(n for n in set(sections) | set(base_sections)
+                       if sections.get(n) != base_sections.get(n)))
+      if differ:
+        if arm not in {a for a, _ in apart}:
+          apart.append((arm, differ))
+        continue
       iv = intervals.seed_interval([ours[s]['final'][metric] -
                                     base[s]['final'][metric] for s in seeds])
       lines.append(f'| {arm} | {budget} | {", ".join(map(str, seeds))} | '
                    f'{_iv(iv, signed=True)} |')
-  if not lines:
-    return []
-  return ['', f'Held-out MLM loss minus `{plan.baseline}`\'s, paired by seed '
-          '(95% interval over seeds; bold where it excludes 0):', '',
-          '| arm | budget | seeds | difference |', '| --- | --- | --- | --- |'
-          ] + lines
+  out = []
+  if lines:
+    out += ['', f'Held-out MLM loss minus `{plan.baseline}`\'s, paired by '
+            'seed (95% interval over seeds; bold where it excludes 0):', '',
+            '| arm | budget | seeds | difference |',
+            '| --- | --- | --- | --- |'] + lines
+  if apart:
+    out += ['', f'Not compared with `{plan.baseline}`\'s MLM loss, since '
+            'their held-out batches are other inputs or masks (the config '
+            'sections that differ): ' + '; '.join(
+                f'{arm} ({", ".join(differ)})' for arm, differ in apart)
+            + '.']
+  return out
 
 
 def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
@@ -1088,19 +1151,21 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
   def row_cells(name, budget, group, control, baseline):
     chosen = group.chosen()
     own = headline_interval(chosen)
-    seeds = str(len(chosen)) + (f' × {plan.control_repeats}'
-                                if group.arm == SCRATCH
-                                and plan.control_repeats > 1 else '')
+    seeds = _seed_ids(chosen) + (f' × {plan.control_repeats}'
+                                 if group.arm == SCRATCH
+                                 and plan.control_repeats > 1 else '')
     cells = [name, budget or '-', seeds, f'{group.chosen_lr:g}',
              _mean_pm([_dev_score(r) for r in chosen.values()]),
              _iv(own) if own else '-']
     for ref in (control, baseline):
-      iv = (headline_interval(chosen, ref.chosen())
-            if ref is not None and ref is not group else None)
-      # A difference rests on the seeds both sides have.
+      theirs = ref.chosen() if ref is not None and ref is not group else None
+      iv = headline_interval(chosen, theirs) if theirs else None
+      # A difference rests on the seeds both sides have: named where they
+      # are not all of either side's.
+      both = set(chosen) & set(theirs or ())
       cells.append('-' if iv is None else _iv(iv, signed=True) + (
-          f' ({iv.seeds} seed{"s" if iv.seeds > 1 else ""})'
-          if iv.seeds != len(chosen) else ''))
+          f' (seed{"s" if len(both) > 1 else ""} {_seed_ids(both)})'
+          if both != set(chosen) or both != set(theirs) else ''))
     cells += [_mean_pm([r['metrics'][m] for r in chosen.values()])
               for m in other]
     return cells
@@ -1123,6 +1188,8 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
                                         if g.architecture == arch}))
         for arch in sorted(scratch))]
   lines += ['', '### The learning-rate grid', '',
+            'Means over each rate\'s seeds; an arm\'s rate is chosen on '
+            'the seeds every one of its rates has.', '',
             '| arm | budget | lr | seeds | dev (mean) | held-out (mean) |',
             '| --- | --- | --- | --- | --- | --- |']
   for group in sorted(groups, key=lambda g: (g.arm != SCRATCH, g.arm,
@@ -1135,7 +1202,7 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
       dev_mean = '-' if None in dev else f'{np.mean(dev):.4f}'
       lines.append(
           f'| {name} | {group.budget or "-"} | {lr:g}{mark} | '
-          f'{len(by_seed)} | {dev_mean} | '
+          f'{_seed_ids(by_seed)} | {dev_mean} | '
           f'{np.mean([r["metrics"][headline] for r in by_seed.values()]):.4f}'
           ' |')
   return lines

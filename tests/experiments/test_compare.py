@@ -241,13 +241,13 @@ def test_report_and_plots_from_rows(tmp_path):
   # A control per architecture, in the table and in the rate grid (2 rates
   # of x's, 1 of y's); arm a at 4 steps beats its own clearly.
   assert sum(l.startswith('| scratch (') for l in lines) == 2 + 3
-  assert '| scratch (y) | - | 0.001 (chosen) | 3 |' in markdown
+  assert '| scratch (y) | - | 0.001 (chosen) | 0, 1, 2 |' in markdown
   (row,) = [l.split(' | ') for l in lines
-            if l.startswith('| a | steps4 | 3 |')]
+            if l.startswith('| a | steps4 | 0, 1, 2 |')]
   assert row[3] == '0.001' and row[6].startswith('**+')   # Chosen on dev.
   assert row[7] != '-'              # Paired with the baseline b.
   (row,) = [l.split(' | ') for l in lines
-            if l.startswith('| b | steps4 | 3 |')]
+            if l.startswith('| b | steps4 | 0, 1, 2 |')]
   assert row[7] == '-'              # The baseline itself.
   assert '0.003 |' in markdown and '0.001 (chosen)' in markdown
   paths = compare.plots(plan, rows, str(tmp_path))
@@ -284,6 +284,59 @@ def test_pretraining_differences_are_paired_by_seed_between_mlm_losses():
   assert iv.low < 0 < iv.high
   assert not any(l.startswith('| gen | steps2 | 0') for l in
                  markdown.split('\n'))
+
+
+def test_cells_name_their_seeds_and_a_difference_its_paired_ones():
+  # Mid-comparison: arm a has seeds 0 and 1, the baseline b seed 0 only.
+  plan = compare.make_plan(
+      [_run('a', 'bert.py'), _run('b', 'bert.py')], [], 'steps:4',
+      seeds=3, finetune_lrs='1e-3', baseline='b')
+  rng = np.random.default_rng(1)
+  rows = [_ft_row('scratch', s, 1e-3, 0.3, rng.random(50) < 0.3, 'x', '')
+          for s in (0, 1)]
+  rows += [_ft_row('a', s, 1e-3, 0.5, rng.random(50) < 0.5) for s in (0, 1)]
+  rows += [_ft_row('b', 0, 1e-3, 0.5, rng.random(50) < 0.5)]
+  rows += [_pre_row(arm, s, 'steps4', 4, 4.0) for arm, s in
+           (('a', 0), ('a', 1), ('b', 0))]
+  markdown = compare.report(plan, rows, 'python experiments/compare.py x',
+                            1.0)
+  lines = markdown.split('\n')
+  (row,) = [l.split(' | ') for l in lines
+            if l.startswith('| a | steps4 | 0, 1 | 0.001 |')]
+  assert '(' not in row[6]                # Δ vs scratch: seeds 0, 1 both.
+  assert row[7].endswith(' (seed 0)')     # Δ vs b: b has seed 0 only.
+  assert any(l.startswith('| b | steps4 | MLM | 0 |') for l in lines)
+  assert any(l.startswith('| a | steps4 | 0.001 (chosen) | 0, 1 |')
+             for l in lines)
+
+
+def test_mlm_losses_over_other_held_out_batches_are_not_paired():
+  # ALBERT's pairs, another masking and a corrupting task each change
+  # the held-out inputs or masks; a task that only adds labels does not.
+  runs = [_run('mlm', 'bert.py'),
+          _run('sop', 'bert.py'), _run('spans', 'bert.py'),
+          _run('deleted', 'bert.py'), _run('labelled', 'bert.py')]
+  settings = {'sop': ('data.layout', 'sop'),
+              'spans': ('masking.strategy', 'span'),
+              'deleted': ('tasks.token_deletion.weight', 1.0),
+              'labelled': ('tasks.token_document.weight', 1.0)}
+  plan = compare.make_plan(runs, [], 'steps:2', seeds=2,
+                           finetune_spec='none', baseline='mlm')
+  plan.arms = [dataclasses.replace(a, setting=(settings[a.name],))
+               if a.name in settings else a for a in plan.arms]
+  rows = [dict(_pre_row(arm, seed, 'steps2', 2, 5.0 - 0.1 * seed - i / 10),
+               objective='bert')
+          for seed in range(2) for i, arm in enumerate(
+              ['mlm', 'sop', 'spans', 'deleted', 'labelled'])]
+  markdown = compare.report(plan, rows, 'python experiments/compare.py x',
+                            1.0)
+  paired = [l.split(' | ')[0][2:] for l in markdown.split('\n')
+            if l.startswith('| ') and ' | steps2 | 0, 1 | ' in l
+            and l.count(' | ') == 3]
+  assert paired == ['labelled']
+  (note,) = [l for l in markdown.split('\n') if l.startswith('Not compared')]
+  assert note.endswith('sop (data); spans (masking); deleted '
+                       '(tasks.token_deletion).')
 
 
 @pytest.mark.parametrize('where', ['local', 'bucket'])
@@ -325,9 +378,9 @@ def test_seeded_comparison_with_control_and_resume(tmp_path):
   assert all(len(r['eval_predictions']) == len(r['eval_labels']) > 100
              for r in ft)
   assert 'Seeds: 3, 4 (N = 2' in markdown
-  assert '| scratch | - | 2 × 2 |' in markdown
+  assert '| scratch | - | 3, 4 × 2 |' in markdown
   (row,) = [l.split(' | ') for l in markdown.split('\n')
-            if l.startswith('| bert | steps3 | 2 |')]
+            if l.startswith('| bert | steps3 | 3, 4 |')]
   assert '[' in row[5] and '[' in row[6]   # Its score, and Δ vs scratch.
   for name in ('loss_vs_steps.png', 'downstream_vs_flops.png',
                'difference_vs_steps.png'):
