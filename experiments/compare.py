@@ -1054,13 +1054,10 @@ def _task_accuracies(rows) -> str:
 
 
 def _held_out_sections(plan: Plan, arm: Arm, kind: str, amount: float):
-  """``held_out_sections`` of the arm's config at one budget; None for a
-  finished workdir that is not here to read."""
-  if arm.workdir:
-    if not storage.exists(arm.workdir):
-      return None
-    return held_out_sections(saved_config(arm.workdir))
+  """``held_out_sections`` of the arm's config at one budget (a finished
+  workdir's as it trained)."""
   return held_out_sections(
+      saved_config(arm.workdir) if arm.workdir else
       arm_config(arm, plan.overrides, plan.seeds[0], kind, amount))
 
 
@@ -1091,11 +1088,10 @@ def _pretrain_differences(plan: Plan, pre: dict) -> list[str]:
         continue
       if base_sections is None:
         base_sections = _held_out_sections(
-            plan, by_name[plan.baseline], kind, amount) or {}
+            plan, by_name[plan.baseline], kind, amount)
       sections = _held_out_sections(plan, by_name[arm], kind, amount)
-      differ = (['its workdir is not here'] if sections is None else
-                sorted(n for n in set(sections) | set(base_sections)
-                       if sections.get(n) != base_sections.get(n)))
+      differ = sorted(n for n in set(sections) | set(base_sections)
+                      if sections.get(n) != base_sections.get(n))
       if differ:
         if arm not in {a for a, _ in apart}:
           apart.append((arm, differ))
