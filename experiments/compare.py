@@ -428,7 +428,10 @@ def _changed_digest(tree: dict, defaults: dict) -> str:
       return out if out else _SAME
     return _SAME if _same(tree, defaults) else tree
 
-  text = json.dumps(changed(tree, defaults), sort_keys=True, default=repr)
+  diff = changed(tree, defaults)
+  # Nothing changed: {} (the _SAME sentinel's repr holds its address).
+  text = json.dumps({} if diff is _SAME else diff, sort_keys=True,
+                    default=repr)
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -445,10 +448,9 @@ def held_out_sections(cfg) -> dict:
   names = list(_HELD_OUT_SECTIONS) + [
       f'tasks.{n}' for n in tasks_lib.names()
       if tasks_lib.get(n).corrupts and cfg.tasks[n].weight]
-  return {name: _changed_digest(
-      {'v': train.config_section(cfg, name)},
-      {'v': train.config_section(base, name) if name in _HELD_OUT_SECTIONS
-       else None}) for name in names}
+  return {name: _changed_digest(train.config_section(cfg, name),
+                                train.config_section(base, name))
+          for name in names}
 
 
 _SAME = object()
@@ -1069,7 +1071,7 @@ def _pretrain_differences(plan: Plan, pre: dict) -> list[str]:
   and corruption: at one seed, the same inputs and masks). The others are
   named, with what differs: their losses are over other tokens."""
   _, metric, objectives = COLUMNS[0]
-  lines, apart = [], []
+  lines, apart = [], {}
 
   def measured(row) -> bool:
     return (row['objective'] in objectives and
@@ -1093,8 +1095,7 @@ def _pretrain_differences(plan: Plan, pre: dict) -> list[str]:
       differ = sorted(n for n in set(sections) | set(base_sections)
                       if sections.get(n) != base_sections.get(n))
       if differ:
-        if arm not in {a for a, _ in apart}:
-          apart.append((arm, differ))
+        apart.setdefault(arm, differ)
         continue
       iv = intervals.seed_interval([ours[s]['final'][metric] -
                                     base[s]['final'][metric] for s in seeds])
@@ -1110,7 +1111,8 @@ def _pretrain_differences(plan: Plan, pre: dict) -> list[str]:
     out += ['', f'Not compared with `{plan.baseline}`\'s MLM loss, since '
             'their held-out batches are other inputs or masks (the config '
             'sections that differ): ' + '; '.join(
-                f'{arm} ({", ".join(differ)})' for arm, differ in apart)
+                f'{arm} ({", ".join(differ)})'
+                for arm, differ in apart.items())
             + '.']
   return out
 
