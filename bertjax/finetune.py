@@ -75,7 +75,7 @@ _say = train_lib.say  # Process 0 prints.
 _META = 'finetune_meta.json'
 # Keys split once from the seed: head (and random encoder) init, dropout,
 # the batch order, the dev split.
-INIT_KEY, _DROPOUT_KEY, _ORDER_KEY, _DEV_KEY = 1, 2, 3, 4
+INIT_KEY, DROPOUT_KEY, _ORDER_KEY, _DEV_KEY = 1, 2, 3, 4
 # Kinds whose per-example held-out predictions downstream.json keeps (for
 # intervals over examples): one prediction per example.
 PER_EXAMPLE = ('classification', 'regression')
@@ -892,7 +892,7 @@ def make_steps(cfg, model: heads.DownstreamModel, total_steps: int,
   tx, schedule = make_optimizer(cfg, model.cfg, total_steps,
                                 warmup_steps(cfg, total_steps))
   root_key = jax.random.key(cfg.seed)
-  dropout_root = jax.random.fold_in(root_key, _DROPOUT_KEY)
+  dropout_root = jax.random.fold_in(root_key, DROPOUT_KEY)
   length = cfg.max_seq_length
 
   def init_state():

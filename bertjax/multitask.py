@@ -100,10 +100,10 @@ MIXING = ('proportional', 'temperature')
 RESULT = 'multitask.json'
 META = finetune.MULTITASK_META
 _say = train_lib.say  # Process 0 prints.
-# Keys split once from the seed, as finetune's (the same numbers: task 0's
-# model is initialised exactly as a single-task run's; dropout follows the
-# global step, so its masks differ once another task has stepped).
-_INIT_KEY, _DROPOUT_KEY = 1, 2
+# Keys split once from the seed: finetune's (task 0's model is initialised
+# exactly as a single-task run's; dropout follows the global step, so its
+# masks differ once another task has stepped).
+_INIT_KEY, _DROPOUT_KEY = finetune.INIT_KEY, finetune.DROPOUT_KEY
 _MIX_KEY = 5              # The order of the tasks' steps in each block.
 _SENTENCE_KINDS = ('classification', 'regression')
 _INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
