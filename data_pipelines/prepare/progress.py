@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import tqdm
+
+from bertjax import storage
 
 # Typical size of text over its compressed size, for the progress bar's
 # estimate of a compressed corpus's text.
@@ -14,12 +15,13 @@ _COMPRESSION_RATIOS = {'.gz': 3.0, '.bz2': 3.8, '.zst': 3.2, '.zstd': 3.2}
 
 
 def estimated_text_size(files) -> int:
-  """About the bytes of text of ``files`` (compressed ones estimated)."""
+  """About the bytes of text of ``files``, local or in a bucket (compressed
+  ones estimated)."""
   total = 0
   for file in files:
     ratio = next((r for ext, r in _COMPRESSION_RATIOS.items()
                   if file.endswith(ext)), 1.0)
-    total += int(os.path.getsize(file) * ratio)
+    total += int(storage.getsize(file) * ratio)
   return total
 
 

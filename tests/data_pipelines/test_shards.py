@@ -23,6 +23,7 @@ from bertjax import storage
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import pretokenize
 from data_pipelines import shards
+from data_pipelines.prepare import progress as progress_lib
 from data_pipelines import tokenizer as tokenizer_lib
 
 _WORDS = ('alpha beta gamma delta epsilon zeta eta theta iota kappa lambda '
@@ -308,8 +309,16 @@ def test_a_corpus_and_data_in_a_bucket(root, reference, gcs_bucket, runner):
   the_plan = pretokenize.plan(cfg.data)
   if runner == 'beam':
     beam.run(the_plan, workers=2)
-  else:
-    pretokenize.write(the_plan, workers=2)
+  else:   # As the command runs it: a progress bar over the text's size.
+    files = corpus_lib.files(the_plan.spec)
+    size = progress_lib.estimated_text_size(files)
+    assert size == sum(len(storage.read_bytes(f)) * (
+        3.0 if f.endswith('.gz') else 1) for f in files) > 0
+    progress = progress_lib.Progress(size)
+    manifest = pretokenize.write(the_plan, workers=2, progress=progress)
+    progress.close()
+    assert (progress.written, progress.documents) == (
+        manifest['num_shards'], manifest['num_raw_documents'])
   written, expected = _bucket_files(the_plan.directory), _files(
       reference.directory)
   manifest = [json.loads(x.pop(shards.MANIFEST)) for x in (written, expected)]
