@@ -340,13 +340,29 @@ def read_text(file: str, counts: collections.Counter | None = None) -> str:
 _READ_BLOCK = 1 << 20
 
 
+# Where a line ends: as Python's universal newlines and google-research/bert's
+# reader have it. Not str.splitlines's others (form feed, U+0085, U+2028,
+# ...): JSON keeps U+2028 unescaped inside a string, and web text has U+0085
+# for an ellipsis; within a line they are whitespace (clean_text).
+_LINE_BREAK = re.compile(r'\r\n|\r|\n')
+
+
+def split_lines(text: str) -> list[str]:
+  """``text``'s lines, each without its end: split at \\n, \\r\\n and
+  \\r only. As ``str.splitlines`` for those, no last empty line."""
+  lines = _LINE_BREAK.split(text)
+  if not lines[-1]:
+    lines.pop()
+  return lines
+
+
 def _text_lines(file: str, counts: collections.Counter | None = None
                 ) -> Iterator[str]:
-  """The lines of ``file`` (decompressed) as ``str.splitlines`` of its whole
+  """The lines of ``file`` (decompressed) as ``split_lines`` of its whole
   text gives them, read a block of whole byte lines at a time: a byte line
-  ends at b'\\n', which no UTF-8 character contains, and splitting each
-  block again gives the other line breaks that ``splitlines`` knows.
-  Invalid UTF-8 is counted as ``_decode_utf8`` counts it."""
+  ends at b'\\n', which no UTF-8 character contains, and a \\r before it
+  stays in its block. Invalid UTF-8 is counted as ``_decode_utf8`` counts
+  it."""
   with open_binary(file) as f:
     rest: list[bytes] = []   # A line's bytes so far, over blocks.
     while True:
@@ -357,11 +373,11 @@ def _text_lines(file: str, counts: collections.Counter | None = None
       if not cut:
         rest.append(block)
         continue
-      yield from _decode_utf8(b''.join(rest) + block[:cut],
-                              counts).splitlines()
+      yield from split_lines(_decode_utf8(b''.join(rest) + block[:cut],
+                                          counts))
       rest = [block[cut:]]
     if any(rest):
-      yield from _decode_utf8(b''.join(rest), counts).splitlines()
+      yield from split_lines(_decode_utf8(b''.join(rest), counts))
 
 
 def _line_documents(lines: Iterable[str], counts: collections.Counter

@@ -112,8 +112,26 @@ def test_sentence_per_line_keeps_lines_whole(tmp_path):
   assert docs == [['Two sentences. On one line.', 'Next line.']]
 
 
-# Lines ending in \n, \r\n, \r and a form feed, blank and whitespace-only
-# lines, a control character, invalid UTF-8 and a multi-byte character.
+def test_only_line_feeds_and_returns_end_lines(tmp_path):
+  """A form feed, U+0085, U+2028 or U+2029 is within a line, as in
+  google-research/bert's reader: it makes no blank line that ends a
+  document, and JSON, which keeps them unescaped in a string, stays
+  whole."""
+  text = 'Page one\x0c\nends\x85 here.\u2028Still\u2029 one.'
+  _write(tmp_path / 'a.txt', f'{text}\nNext.\n')
+  _write(tmp_path / 'b.jsonl',
+         json.dumps({'text': text}, ensure_ascii=False) + '\n')
+  assert list(corpus.read_text_files(str(tmp_path / 'a.txt'),
+                                     'sentence_per_line')) == [
+                                         ['Page one', 'ends here. Still one.',
+                                          'Next.']]
+  assert list(corpus.read_text_files(str(tmp_path / 'b.jsonl'),
+                                     'jsonl')) == [
+                                         ['Page one ends here.', 'Still one.']]
+
+
+# Lines ending in \n, \r\n and \r, a form feed within one, blank and
+# whitespace-only lines, a control character, invalid UTF-8 and a multi-byte character.
 _MIXED = (b'Doc one, first.\r\nDoc one, second.\n\n'
           b'Doc two \xff\xfe bytes.\rSame doc.\x0cAnd this.\n  \t\n'
           b'\x07\nDoc three: caf\xc3\xa9 na\xc3\xafve.\n\n\n')
@@ -147,7 +165,7 @@ def test_compressed_files_read_as_the_plain_one(tmp_path, monkeypatch,
   docs, counts = results[0]
   if text_format == 'sentence_per_line':
     # The whole text, split at once, as the reader did before it streamed.
-    lines = corpus._decode_utf8(_MIXED).splitlines()  # pylint: disable=protected-access
+    lines = corpus.split_lines(corpus._decode_utf8(_MIXED))  # pylint: disable=protected-access
     whole = [corpus.parse_document(('lines', raw)) for raw in
              corpus._line_documents(lines, collections.Counter())]  # pylint: disable=protected-access
     assert docs == whole and len(docs) == 3
