@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import itertools
 import sys
 import threading
 from typing import Sequence
@@ -150,24 +151,51 @@ def block_slots(probabilities: Sequence[float], block_size: int
 # Preparation: one tokenizer, then each component as a single corpus.
 
 
-def _interleaved_sentences(specs: Sequence[corpus_lib.CorpusSpec]):
-  """The components' sentences, one from each in turn (round-robin).
+def equal_shares(sizes: Sequence[int], total: int) -> list[int]:
+  """Shares of ``total`` as equal as ``sizes`` allow: each at most its size,
+  the level the same for all that are not (the remainder of a split, one
+  each, to the first of them). All of each if the sizes sum to no more."""
+  if sum(sizes) <= total:
+    return list(sizes)
+  low, high = 0, max(sizes)   # The highest level whose shares fit.
+  while low < high:
+    mid = (low + high + 1) // 2
+    if sum(min(n, mid) for n in sizes) <= total:
+      low = mid
+    else:
+      high = mid - 1
+  shares = [min(n, low) for n in sizes]
+  remainder = total - sum(shares)
+  for c, n in enumerate(sizes):
+    if remainder and n > low:
+      shares[c] += 1
+      remainder -= 1
+  return shares
 
-  A component that runs out drops out. When the whole mixture fits in the
-  tokenizer's ``max_sentences``, the sample is all of its text (natural
-  shares); when it does not, the components contribute equally until the
-  smaller ones run out, so a small corpus's pieces are not crowded out of
-  the vocabulary (the aim of mBERT's smoothing, taken further).
+
+def tokenizer_sample(specs: Sequence[corpus_lib.CorpusSpec], k: int,
+                     seed: int, workers: int = 1) -> list[str]:
+  """The tokenizer's ``k`` sentences from the components: from each, an
+  ``equal_shares`` part of ``k`` (all of a component's text if it has
+  less), a seeded uniform sample of it (``pretokenize.smallest_keys``,
+  by ``workers`` processes); then one from each in turn.
+
+  So a small corpus's pieces are not crowded out of the vocabulary (the
+  aim of mBERT's smoothing, taken further); when the whole mixture fits in
+  ``k``, the sample is all of its text (natural shares). Memory for two
+  samples of ``k``: after each component, those read so far are cut to
+  their shares of ``k`` among them, which the later ones only lower.
   """
-  streams = [(s for document in corpus_lib.read_documents(spec)
-              for s in document) for spec in specs]
-  while streams:
-    for stream in list(streams):
-      sentence = next(stream, None)
-      if sentence is None:
-        streams.remove(stream)
-      else:
-        yield sentence
+  sizes: list[int] = []   # Each component's sentences, up to k.
+  samples: list[list[tuple]] = []
+  for spec in specs:
+    samples.append(pretokenize.smallest_keys(spec, k, seed, workers))
+    sizes.append(len(samples[-1]))
+    samples = [sample[:share] for sample, share
+               in zip(samples, equal_shares(sizes, k))]
+  in_order = [pretokenize.in_corpus_order(sample) for sample in samples]
+  return [sentence for turn in itertools.zip_longest(*in_order)
+          for sentence in turn if sentence is not None]
 
 
 def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str]
@@ -186,9 +214,10 @@ def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str]
   specs = corpus_specs(data_cfg)
   return pretokenize.cached_tokenizer(
       data_cfg, ('mixture', [[n, corpus_fingerprints[n]] for n in names]),
-      lambda k, seed: tokenizer_lib.sample_sentences(
-          _interleaved_sentences([specs[n] for n in names]), k, seed),
-      method='sampled')
+      lambda k, seed: tokenizer_sample(
+          [specs[n] for n in names], k, seed,
+          pretokenize.prepare_workers(data_cfg)),
+      method='equal_shares')
 
 
 @dataclasses.dataclass

@@ -213,6 +213,16 @@ def sample_corpus(spec: corpus_lib.CorpusSpec, k: int, seed: int,
   far, so after the first ``k`` sentences, about ``k * ln(n / k)`` more
   of the corpus's ``n`` come back to this process.
   """
+  return in_corpus_order(smallest_keys(spec, k, seed, workers,
+                                       docs_per_shard, counts))
+
+
+def smallest_keys(spec: corpus_lib.CorpusSpec, k: int, seed: int,
+                  workers: int = 1,
+                  docs_per_shard: int = DEFAULT_DOCS_PER_SHARD,
+                  counts: collections.Counter | None = None) -> list[tuple]:
+  """``sample_corpus``'s sample as (key, document, index, sentence), by
+  key: its first ``q`` are a uniform sample of ``q`` sentences."""
   counts = collections.Counter() if counts is None else counts
   kept: list = []   # A max-heap of the k smallest (key, doc, sentence).
 
@@ -232,8 +242,14 @@ def sample_corpus(spec: corpus_lib.CorpusSpec, k: int, seed: int,
         heapq.heappush(kept, entry)
       elif entry > kept[0]:
         heapq.heapreplace(kept, entry)
+  return sorted((-key, -document, -index, sentence)
+                for key, document, index, sentence in kept)
+
+
+def in_corpus_order(sample: list[tuple]) -> list[str]:
+  """The sentences of a ``smallest_keys`` sample, in corpus order."""
   return [sentence for _, _, _, sentence in sorted(
-      kept, key=lambda entry: (-entry[1], -entry[2]))]
+      sample, key=lambda entry: (entry[1], entry[2]))]
 
 
 def prepare_workers(data_cfg) -> int:

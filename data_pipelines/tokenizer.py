@@ -17,8 +17,6 @@ import functools
 import hashlib
 import io
 import itertools
-import math
-import sys
 import unicodedata
 from typing import Iterable, Sequence
 
@@ -265,45 +263,6 @@ def capitalized_words(sentences: Sequence[str],
   return [flags[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def sample_sentences(sentences: Iterable[str], max_sentences: int,
-                     seed: int = 0) -> list[str]:
-  """A uniform sample of ``max_sentences`` of ``sentences`` (all of them if
-  there are fewer), in their order, drawn with ``seed`` in one pass.
-
-  Li's reservoir Algorithm L ("Reservoir-sampling algorithms of time
-  complexity O(n(1 + log(N/n)))", 1994): memory for the sample only,
-  whatever the corpus's size, and a random draw only per replacement, not
-  per sentence. The sentences skipped between replacements are consumed by
-  ``itertools.islice``.
-  """
-  it = iter(sentences)
-  reservoir = list(enumerate(itertools.islice(it, max_sentences)))
-  if len(reservoir) < max_sentences:
-    return [s for _, s in reservoir]
-  rng = np.random.default_rng(seed)
-
-  def uniform():   # In (0, 1): its log is finite and negative.
-    u = rng.random()
-    while u == 0.0:
-      u = rng.random()
-    return u
-
-  k, index = max_sentences, max_sentences - 1
-  w = math.exp(math.log(uniform()) / k)
-  missing = object()
-  while True:
-    skip = min(math.floor(math.log(uniform()) / math.log1p(-w)),
-               sys.maxsize)   # islice's bound; no corpus gets near it.
-    sentence = next(itertools.islice(it, skip, None), missing)
-    if sentence is missing:
-      break
-    index += skip + 1
-    reservoir[int(rng.integers(k))] = (index, sentence)
-    w *= math.exp(math.log(uniform()) / k)
-  reservoir.sort(key=lambda pair: pair[0])
-  return [s for _, s in reservoir]
-
-
 def train(sentences: Iterable[str], vocab_size: int, model_type: str,
           character_coverage: float = 0.9999, seed: int = 0,
           max_sentences: int = 2_000_000,
@@ -320,7 +279,7 @@ def train(sentences: Iterable[str], vocab_size: int, model_type: str,
     seed: SentencePiece's sampling of ``max_sentences`` uses its own seed; we
       pass sentences in a fixed order so training is deterministic.
     max_sentences: sentences used for training (the first N; callers pass
-      ``sample_sentences``' sample of the corpus).
+      ``pretokenize.sample_corpus``' sample of the corpus).
     num_threads: SentencePiece splits its work by thread count, and the
       learned scores depend on the split: a fixed count (not the machine's
       core count) makes the model the same bytes on every machine.

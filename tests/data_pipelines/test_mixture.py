@@ -128,6 +128,43 @@ def test_block_slots_largest_remainder():
   assert mixture.block_slots([0.5, 0.5], 2**16).sum() == 2**16
 
 
+def test_equal_shares():
+  # Level 27 (27 + 5 + 27 = 59 of 60); the one left over to the first.
+  assert mixture.equal_shares([100, 5, 100], 60) == [28, 5, 27]
+  assert mixture.equal_shares([10, 10, 10], 7) == [3, 2, 2]
+  assert mixture.equal_shares([3, 4], 10) == [3, 4]
+  rng = np.random.default_rng(0)
+  for _ in range(300):
+    sizes = rng.integers(0, 50, rng.integers(1, 6)).tolist()
+    total = int(rng.integers(1, 120))
+    shares = mixture.equal_shares(sizes, total)
+    assert sum(shares) == min(total, sum(sizes))
+    assert all(0 <= q <= n for q, n in zip(shares, sizes))
+    cut = [q for q, n in zip(shares, sizes) if q < n]   # Not all of theirs.
+    assert not cut or max(shares) - min(cut) <= 1
+    for j in range(1, len(sizes)):   # A later component only lowers them.
+      assert all(a <= b for a, b in zip(
+          mixture.equal_shares(sizes[:j + 1], total),
+          mixture.equal_shares(sizes[:j], total)))
+
+
+def test_tokenizer_sample_takes_equal_shares(cfg):
+  """All of the small corpus, the rest of k from the large one (its
+  natural share would be about a fifth): each part the uniform sample a
+  single corpus of that size gets, one sentence from each in turn."""
+  specs = mixture.corpus_specs(cfg.data)
+  names = ['large', 'small']
+  n_small = sum(map(len, corpus_lib.read_documents(specs['small'])))
+  k = 2 * n_small + 10
+  parts = [pretokenize.sample_corpus(specs[name], share, 5)
+           for name, share in zip(names, [k - n_small, n_small])]
+  assert len(parts[0]) == k - n_small and len(parts[1]) == n_small
+  sample = mixture.tokenizer_sample([specs[n] for n in names], k, 5,
+                                    workers=2)
+  assert sample == [s for turn in itertools.zip_longest(*parts)
+                    for s in turn if s is not None]
+
+
 def test_prepared_sizes_probabilities_and_counts(prepared):
   assert prepared.names == ('large', 'small')
   sizes = prepared.train_sizes

@@ -196,28 +196,3 @@ def test_padded_vocab_size(vocab, padded):
 def test_padded_vocab_size_other_multiple():
   assert tokenizer_lib.padded_vocab_size(100, multiple=64) == 128
   assert tokenizer_lib.padded_vocab_size(64, multiple=64) == 64
-
-
-def test_sample_of_a_short_corpus_is_all_of_it_in_order():
-  sentences = [f's{i}' for i in range(10)]
-  assert tokenizer_lib.sample_sentences(iter(sentences), 10) == sentences
-  assert tokenizer_lib.sample_sentences(iter(sentences), 50) == sentences
-
-
-def test_sample_is_seeded_ordered_and_uniform():
-  """Every sentence is in the sample with probability k / n: a chi-square
-  test of the inclusion counts over 3000 seeds (99 degrees of freedom,
-  p = 0.001 bound 148.2)."""
-  n, k, seeds = 100, 10, 3000
-  counts = np.zeros(n)
-  for seed in range(seeds):
-    sample = tokenizer_lib.sample_sentences(iter(range(n)), k, seed)
-    assert len(sample) == k and sample == sorted(sample)
-    counts[sample] += 1
-  expected = seeds * k / n
-  chi2 = ((counts - expected) ** 2 / expected).sum()
-  assert chi2 < 148.2, chi2
-  assert tokenizer_lib.sample_sentences(iter(range(n)), k, 7) == (
-      tokenizer_lib.sample_sentences(iter(range(n)), k, 7))
-  assert tokenizer_lib.sample_sentences(iter(range(n)), k, 7) != (
-      tokenizer_lib.sample_sentences(iter(range(n)), k, 8))
