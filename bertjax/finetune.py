@@ -339,8 +339,10 @@ def load_pretrained(workdir: str, step: int = 0) -> Pretrained:
   params = jax.tree.map(np.asarray, _encoder_params(run.params, run.config,
                                                     model_cfg))
   return Pretrained(workdir, run.step, run.config.objective.name,
-                    dataclasses.replace(model_cfg, scan_layers=False,
-                                        sbo_positions=0),
+                    dataclasses.replace(
+                        model_cfg, scan_layers=False, sbo_positions=0,
+                        quantize_layers=quantization.unscanned_layers(
+                            model_cfg.quantize_layers)),
                     params, tokenizer_lib.Tokenizer.load(run.tokenizer_path))
 
 
@@ -421,6 +423,11 @@ def downstream_config(cfg, pretrained: Pretrained):
   """The encoder's config for fine-tuning with ``cfg``."""
   m = cfg.model
   model = pretrained.model
+  if m.quantize_layers and (m.quantize or model.quantize) == 'none':
+    raise FinetuneError(
+        f'model.quantize_layers={m.quantize_layers!r}, but the model is '
+        f'float (init={cfg.init!r} trained with model.quantize=none): set '
+        "--config.model.quantize=int8 to quantize those layers.")
   return dataclasses.replace(
       model, hidden_dropout_rate=m.hidden_dropout_rate,
       attention_dropout_rate=m.attention_dropout_rate,
@@ -434,11 +441,27 @@ def downstream_config(cfg, pretrained: Pretrained):
 def downstream_model(cfg, model_cfg, task: downstream.Task
                      ) -> heads.DownstreamModel:
   """``task``'s model for fine-tuning with ``cfg`` (quantized where
-  ``model_cfg`` says)."""
-  return quantization.quantized(heads.DownstreamModel(
+  ``model_cfg`` says: ``check_quantized_layers``)."""
+  model = heads.DownstreamModel(
       model_cfg, task.kind, task.num_labels,
       layer_mix=cfg.mode == 'weighted_layers', pooling=cfg.pooling,
-      head_init=cfg.head_init))
+      head_init=cfg.head_init)
+  check_quantized_layers(model)
+  return quantization.quantized(model)
+
+
+def check_quantized_layers(model: heads.DownstreamModel) -> None:
+  """Raises FinetuneError where ``model`` is quantized and its
+  ``quantize_layers`` covers none of its layers (from its shapes alone)."""
+  if model.cfg.quantize == 'none':
+    return
+  ids = jnp.zeros((1, 4), jnp.int32)
+  problem = quantization.uncovered(
+      model.cfg.quantize_layers, quantization.weight_paths(jax.eval_shape(
+          lambda: model.init(jax.random.key(0), ids, ids, ids + 1)[
+              'params'])))
+  if problem:
+    raise FinetuneError(problem)
 
 
 # ---------------------------------------------------------------------------

@@ -85,6 +85,7 @@ import optax
 
 from bertjax import finetune
 from bertjax import optim
+from bertjax import quantization
 from bertjax import sharding
 from bertjax import storage
 from bertjax import train as train_lib
@@ -366,7 +367,8 @@ class MultitaskModel:
   there are none, or with ``pooling='first'``) and
   ``heads/{key}/classifier``. Task m's view (``task_params``) is a
   ``heads.DownstreamModel``'s parameters, and that model computes its
-  logits: the forward pass is the single-task harness's, to the bit.
+  logits (fake-quantized where ``cfg.quantize`` says, as fine-tuning's):
+  the forward pass is the single-task harness's, to the bit.
   """
   cfg: bert_lib.BertConfig
   specs: tuple[HeadSpec, ...]
@@ -408,7 +410,7 @@ class MultitaskModel:
   def apply(self, params: dict, task: int, batch: dict,
             deterministic: bool = True, rngs=None) -> jax.Array:
     """Task ``task``'s logits (as ``DownstreamModel``'s) on ``batch``."""
-    return self.module(task).apply(
+    return quantization.quantized(self.module(task)).apply(
         {'params': self.task_params(params, task)}, batch['input_ids'],
         batch['token_type_ids'], batch['attention_mask'],
         deterministic=deterministic, rngs=rngs)
@@ -599,6 +601,7 @@ def multitask(cfg, workdir: str) -> dict:
   model = MultitaskModel(model_cfg, tuple(
       HeadSpec(key, d.task.kind, d.task.num_labels)
       for key, d in zip(keys, data)), cfg.pooling, cfg.head_init)
+  finetune.check_quantized_layers(model.module(0))
   steps = make_steps(cfg, model, total_steps)
 
   with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):

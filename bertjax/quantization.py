@@ -46,16 +46,6 @@ import jax
 import jax.numpy as jnp
 
 QUANTIZE = ('none', 'int8')
-# A path of each kind of layer that quantizes (a model has those of its
-# options): the tables, an encoder layer's matmuls, the heads.
-LAYER_PATHS = ('embeddings/word', 'embeddings/position',
-               'embeddings/token_type', 'embeddings/task_type',
-               'embeddings/projection', 'layer_0/attention', 'layer_0/ffn/wi',
-               'layer_0/ffn/wo', 'layer_0/attention_adapter/Dense_0',
-               # model.scan_layers: every layer is this one module.
-               'layers/scan/layer/attention', 'layers/scan/layer/ffn/wi',
-               'layers/scan/layer/ffn/wo',
-               'pooler', 'nsp', 'mlm_transform', 'classifier')
 _QTYPE = {'int8': jnp.int8}
 
 
@@ -140,10 +130,32 @@ def int8_model(model: nn.Module) -> nn.Module:
       model, q.Inference(_rules(cfg, q.qwix.QuantizationRule)))
 
 
-def covered_layers(pattern: str) -> list[str]:
-  """The ``LAYER_PATHS`` that ``pattern`` (``model.quantize_layers``)
-  quantizes. Raises ``re.error`` where it is no regular expression."""
-  return [path for path in LAYER_PATHS if re.fullmatch(pattern, path)]
+def weight_paths(params) -> list[str]:
+  """The module paths (``layer_0/ffn/wi``) of ``params`` that hold a matrix
+  or a table: the layers ``model.quantize_layers`` chooses among (arrays
+  or shapes; boxed or not)."""
+  leaves = jax.tree_util.tree_flatten_with_path(nn.unbox(params))[0]
+  return sorted({'/'.join(str(k.key) for k in path[:-1])
+                 for path, leaf in leaves if len(leaf.shape) >= 2} - {''})
+
+
+def uncovered(pattern: str, paths: list[str]) -> str | None:
+  """Why ``model.quantize_layers`` = ``pattern`` would quantize nothing of
+  a model whose ``weight_paths`` are ``paths``; None if it covers one."""
+  if any(re.fullmatch(pattern, path) for path in paths):
+    return None
+  kinds = sorted({re.sub(r'^layer_\d+/', 'layer_<i>/', path)
+                  for path in paths})
+  return (f'model.quantize_layers={pattern!r} matches none of the '
+          "model's layers, so nothing would be quantized; its layers with "
+          f"weights are {', '.join(kinds)} (layer_<i>: each layer i). Use a "
+          "regular expression over these, e.g. '.*' or 'layer_\\d+/.*'.")
+
+
+def unscanned_layers(pattern: str) -> str:
+  """``pattern`` written for a scanned stack (``layers/scan/layer/``, one
+  module for every layer), for the same stack unscanned (``layer_<i>/``)."""
+  return pattern.replace('layers/scan/layer/', r'layer_\d+/')
 
 
 def table_quantized(cfg, path: str) -> bool:

@@ -156,6 +156,8 @@ def check(m, errors: list[str]) -> None:
   _check_pruned_heads(m, errors)
   check_quantize(m.quantize, m.quantize_layers, errors)
   _check_mobilebert(m, errors)
+  if m.quantize in quantization.QUANTIZE[1:] and not errors:
+    _check_quantized_layers(m, errors)
 
 
 def mobilebert_options(m) -> list[str]:
@@ -214,23 +216,39 @@ def _check_mobilebert(m, errors: list[str]) -> None:
 
 def check_quantize(quantize: str, layers: str, errors: list[str]) -> None:
   """``model.quantize`` is known, and ``model.quantize_layers`` a regular
-  expression that covers at least one layer (or nothing would be
-  quantized, silently)."""
+  expression (``_check_quantized_layers``: one that covers a layer)."""
   _check(quantize in quantization.QUANTIZE,
          f'model.quantize={quantize!r}; use one of '
          f'{quantization.QUANTIZE}.', errors)
   if quantize == 'none':
     return
   try:
-    covered = quantization.covered_layers(layers)
+    re.compile(layers)
   except re.error as e:
     errors.append(f'model.quantize_layers={layers!r} is not a '
                   f'regular expression ({e}); use one, e.g. '
                   "'layer_\\d+/.*'.")
-    return
-  _check(bool(covered), f'model.quantize_layers={layers!r} '
-         'matches none of the layers; use a regular expression over '
-         f'module paths such as {quantization.LAYER_PATHS}.', errors)
+
+
+def pretraining_weight_paths(m) -> list[str]:
+  """``quantization.weight_paths`` of the pretraining model of the
+  (checked) section ``m``, with every head it can have (SpanBERT's too):
+  from its shapes alone, a trace that allocates nothing."""
+  model = bert_lib.BertForPreTraining(encoder_config(m, 8, sbo_positions=1))
+  ids = jnp.zeros((1, 4), jnp.int32)
+  return quantization.weight_paths(jax.eval_shape(
+      lambda: model.init(jax.random.key(0), ids, ids, ids + 1, ids[:, :1],
+                         ids[:, :1])['params']))
+
+
+def _check_quantized_layers(m, errors: list[str]) -> None:
+  """``model.quantize_layers`` covers a layer of this model (a pattern of
+  another layout, e.g. a scanned stack's for an unscanned one, would
+  quantize nothing, silently)."""
+  problem = quantization.uncovered(m.quantize_layers,
+                                   pretraining_weight_paths(m))
+  if problem:
+    errors.append(problem)
 
 
 def _check_pruned_heads(m, errors: list[str]) -> None:

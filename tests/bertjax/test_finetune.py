@@ -735,3 +735,9 @@ def test_quantization_aware_fine_tuning_and_its_int8_export(pretrained,
   with pytest.raises(compress.CompressError, match='model.quantize=int8'):
     compress.int8(str(full[0]), str(tmp_path / 'float-int8'))
   assert not (tmp_path / 'float-int8').exists()
+  # Layers to quantize of a float run, without model.quantize: refused, as
+  # they would train float.
+  with pytest.raises(finetune.FinetuneError, match='the model is float'):
+    _run(pretrained, tasks, tmp_path / 'layers', 'full',
+         **{'model.quantize_layers': r'layer_\d+/.*'})
+  assert not (tmp_path / 'layers').exists()

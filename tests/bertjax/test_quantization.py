@@ -13,8 +13,12 @@ import pytest
 import qwix
 
 from bertjax import compress
+from bertjax import config_lib
+from bertjax import finetune
+from bertjax import multitask
 from bertjax import quantization
 from bertjax.models import bert as bert_lib
+from bertjax.models import config as model_config
 from bertjax.models import heads
 
 CFG = bert_lib.BertConfig(vocab_size=512, real_vocab_size=500, hidden_size=32,
@@ -204,3 +208,52 @@ def test_pretraining_model_quantizes_encode_too():
 
   assert np.abs(encoded(quantized) - encoded(float_model)).max() > 1e-5
   assert quantization.quantized(float_model) is float_model
+
+
+@pytest.mark.parametrize('scan, pattern, covers', [
+    (False, 'layer_1/ffn/wi', True), (False, 'layers/scan/layer/.*', False),
+    (True, 'layers/scan/layer/ffn/wi', True), (True, 'layer_1/.*', False),
+    (False, 'layer_2/.*', False),   # The demo has 2 layers.
+    (False, 'embeddings/task_type', False), (False, 'sbo/.*', True)])
+def test_quantize_layers_must_cover_a_layer_of_the_model(scan, pattern,
+                                                         covers):
+  """Against the pretraining model's own layers (scanned or not), before
+  any data is read: a pattern that covers none would train in float."""
+  m = config_lib.demo_config().model
+  m.quantize, m.quantize_layers, m.scan_layers = 'int8', pattern, scan
+  errors = []
+  model_config.check(m, errors)
+  assert not errors if covers else (
+      len(errors) == 1 and 'matches none of the model' in errors[0]
+      and ('layers/scan/layer/ffn/wi' if scan else 'layer_<i>/ffn/wi')
+      in errors[0])
+
+
+def test_a_scanned_runs_pattern_quantizes_its_unscanned_layers(params):
+  """Fine-tuning unscans the stack: a pattern over the scanned module
+  covers every layer's, and one over no layer is refused."""
+  layers = quantization.unscanned_layers('layers/scan/layer/ffn/wi')
+  model = quantization.quantized(_model(quantize_layers=layers))
+  jaxpr = jax.make_jaxpr(lambda p: model.apply({'params': p}, *_inputs()))(
+      params)
+  assert _count_rounds(jaxpr.jaxpr) == 2 * 2   # Each layer's weight, input.
+  finetune.check_quantized_layers(_model(quantize_layers=layers))
+  with pytest.raises(finetune.FinetuneError, match='matches none'):
+    finetune.check_quantized_layers(_model(
+        quantize_layers='layers/scan/layer/ffn/wi'))
+
+
+def test_multitask_runs_quantized_as_fine_tuning(params):
+  """A task of a multi-task run computes the quantized single-task
+  model's logits, to the bit (its tables alone were quantized before)."""
+  model = multitask.MultitaskModel(
+      CFG, (multitask.HeadSpec('a', 'classification', 3),))
+  p = nn.unbox(model.init(jax.random.PRNGKey(1), LENGTH))
+  p['heads']['a']['classifier']['kernel'] *= 300
+  ids, types, mask = _inputs()
+  got = np.asarray(jax.jit(lambda p: model.apply(p, 0, {
+      'input_ids': ids, 'token_type_ids': types, 'attention_mask': mask}))(p))
+  view = model.task_params(p, 0)
+  np.testing.assert_array_equal(
+      got, _logits(quantization.quantized(_model()), view))
+  assert np.abs(got - _logits(_model(quantize='none'), view)).max() > 1e-3
