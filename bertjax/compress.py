@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 
 import flax.linen as nn
@@ -158,6 +157,23 @@ def _check_fraction(model: bert_lib.BertConfig, fraction: float) -> int:
   return count
 
 
+def _check_rounds(model: bert_lib.BertConfig, fraction: float,
+                  rounds: int) -> None:
+  """Every round of ``fraction`` in ``rounds`` removes a head, and the
+  last leaves one per layer: a CompressError before any round runs."""
+  total = model.num_layers * model.num_heads
+  removed = total - sum(model.layer_heads(i) for i in range(model.num_layers))
+  for r in range(1, rounds + 1):
+    target = int(round(fraction * r / rounds * total))
+    if 0 < fraction < 1 and target <= removed:
+      raise CompressError(
+          f'fraction={fraction} in rounds={rounds}: round {r} would remove '
+          f'no head ({target} of the {total} removed by its end, '
+          f'{removed} before it); use fewer rounds or a larger fraction.')
+    removed = target
+  _check_fraction(model, fraction)
+
+
 def prune_heads(workdir: str, out_dir: str, fraction: float,
                 step: int | None = None, num_batches: int = 0,
                 rounds: int = 1, train_steps: int = 0) -> dict:
@@ -187,10 +203,17 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
   if not run.config.objective.mlm_weight:
     raise CompressError(f'{workdir!r} has no masked-LM loss '
                         '(objective.mlm_weight=0) to score its heads on.')
-  for r in range(1, rounds + 1):   # Every round must remove a head.
-    _check_fraction(model, fraction * r / rounds)
+  if model.mobilebert_layers:
+    raise CompressError(f"{workdir!r} has MobileBERT's layers (bottlenecks "
+                        'or stacked feed-forward networks); head pruning is '
+                        "built for BERT's layers only.")
+  _check_rounds(model, fraction, rounds)
   original = pruning.attention_parameters(params)
   source_step = run.step
+  # What a finished round was made from: a rerun reuses only its own.
+  request = {'workdir': storage.absolute(workdir), 'step': source_step,
+             'fraction': fraction, 'rounds': rounds,
+             'num_batches': num_batches, 'train_steps': train_steps}
   work = f'{out_dir.rstrip(os.sep)}.rounds'
   history = []
   for r in range(1, rounds + 1):
@@ -199,12 +222,18 @@ def prune_heads(workdir: str, out_dir: str, fraction: float,
     if storage.isfile(os.path.join(target, SOURCE_FILE)):   # Done before.
       record = json.loads(storage.read_text(os.path.join(target,
                                                          SOURCE_FILE)))
+      if record.get('request') != request:
+        raise CompressError(
+            f'{target!r} is a round of another request '
+            f"({record.get('request')}), not of this one ({request}): rerun "
+            f'with its arguments, or remove {work!r} to start again.')
     else:
       if not last:   # An earlier attempt's unfinished round: ours to redo
         storage.rmtree(target)   # (and the run trained from it, if any).
         storage.rmtree(os.path.join(work, f'round_{r}_trained'))
       record = _prune_round(run, model, params, target,
-                            fraction * r / rounds, num_batches)
+                            fraction * r / rounds, num_batches,
+                            request)
     history.append({k: v for k, v in record.items() if k != 'importance'})
     if last:
       break
@@ -237,7 +266,8 @@ def _continued_config(directory: str, steps: int):
 
 
 def _prune_round(run, model: bert_lib.BertConfig, params: dict,
-                 out_dir: str, fraction: float, num_batches: int) -> dict:
+                 out_dir: str, fraction: float, num_batches: int,
+                 request: dict) -> dict:
   """One round: score the stored heads and remove the least important
   until ``fraction`` of all are gone; writes ``out_dir``."""
   cfg = run.config
@@ -256,6 +286,7 @@ def _prune_round(run, model: bert_lib.BertConfig, params: dict,
       'pruned_heads': [list(h) for h in pruned.pruned_heads],
       'attention_parameters': [pruning.attention_parameters(encoder),
                                pruning.attention_parameters(params)],
+      'request': request,
   }
   _write(run, cfg, pruned, params, out_dir, record)
   return record
@@ -286,8 +317,7 @@ def every_other(num_layers: int, keep: int) -> list[int]:
   the layers d = 0 (mod N / (N - keep)) where that ratio is whole."""
   if not 0 < keep <= num_layers:
     raise CompressError(f'keep={keep}: use 1 to {num_layers} layers.')
-  step = num_layers / keep
-  return sorted({num_layers - 1 - int(math.floor(i * step))
+  return sorted({num_layers - 1 - i * num_layers // keep
                  for i in range(keep)})
 
 

@@ -129,6 +129,9 @@ def test_bad_requests_fail_before_writing(saved_run, tmp_path, capsys):
   cases = (
       (['prune_heads', '--fraction=1.0'], 'use a fraction in (0, 1)'),
       (['prune_heads', '--fraction=0.9'], 'every layer keeping one'),
+      # 6 heads: rounds of 3 end at round(0.8, 1.6, 2.4) = 1, 2, 2 removed.
+      (['prune_heads', '--fraction=0.4', '--rounds=3'],
+       'round 3 would remove no head'),
       (['keep_layers', '--layers=2,0'], 'distinct increasing'),
       (['keep_layers', '--keep=4'], 'use 1 to 3 layers'),
       (['int8'], 'not a fine-tuning run'),   # A pretraining run.
@@ -149,6 +152,9 @@ def test_bad_requests_fail_before_writing(saved_run, tmp_path, capsys):
   assert compress.every_other(6, 3) == [1, 3, 5]
   assert compress.every_other(6, 4) == [1, 2, 4, 5]
   assert compress.every_other(3, 3) == [0, 1, 2]
+  # Exact where floating point's i * (72 / 66) rounds down below 12.
+  assert set(range(72)) - set(compress.every_other(72, 66)) == {
+      0, 12, 24, 36, 48, 60}
 
 
 @pytest.mark.e2e
@@ -186,3 +192,10 @@ def test_rounds_prune_train_and_resume(saved_run, tmp_path, capsys):
   assert [os.stat(f).st_mtime_ns for f in (marker, metrics)] == stamps
   again = json.load(open(os.path.join(out, compress.SOURCE_FILE)))
   assert again['pruned_heads'] == record['pruned_heads']
+  # Another request into the same rounds: refused, not reused.
+  os.rename(out, str(tmp_path / 'moved_again'))
+  capsys.readouterr()
+  with pytest.raises(SystemExit):
+    cli.main(args[:3] + ['--fraction=0.34', '--rounds=2', '--train_steps=2'])
+  assert 'a round of another request' in capsys.readouterr().err
+  assert not os.path.exists(out)
