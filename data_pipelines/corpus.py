@@ -278,11 +278,14 @@ def _paragraphs_to_document(paragraphs: Sequence[str],
 
 def _expand_files(path: str) -> dict[str, storage.Stat]:
   """{file: its ``storage.Stat``} of a directory (recursively; hidden
-  files skipped), a file or a glob, local or in a bucket, sorted."""
+  files and what is in hidden directories, such as ``.git`` or
+  ``.ipynb_checkpoints``, skipped), a file or a glob, local or in a
+  bucket, sorted."""
   found = storage.find(path)
   if storage.isdir(path):
-    found = {f: v for f, v in found.items()
-             if not os.path.basename(f).startswith('.')}
+    root = path.rstrip('/') + '/'
+    found = {f: v for f, v in found.items() if not any(
+        part.startswith('.') for part in f[len(root):].split('/'))}
   return found
 
 
@@ -900,8 +903,10 @@ def fingerprint(spec: CorpusSpec) -> str:
   """A digest that changes when the corpus changes (cheap for large corpora).
 
   Files are identified by path, size and modification time; TFDS datasets by
-  name, split and their dataset_info; the embedded corpus by the Python
-  version and the standard library files' sizes.
+  name, split, record count and every file of their prepared version (path,
+  size and modification time: a rebuilt dataset is another corpus); the
+  embedded corpus by the Python version and the standard library files'
+  sizes.
   """
   h = hashlib.sha256(repr(dataclasses.astuple(spec)).encode())
   if spec.source == 'files':
@@ -916,4 +921,6 @@ def fingerprint(spec: CorpusSpec) -> str:
   else:
     source, _ = _tfds_source(spec)
     h.update(repr(len(source)).encode())
+    for f, stat in storage.find(str(source.dataset_info.data_dir)).items():
+      h.update(f'{f}:{stat.version}'.encode())
   return h.hexdigest()[:16]

@@ -1,6 +1,7 @@
 """Tests for data_pipelines.corpus: readers, sentence splitting, validation."""
 
 import collections
+import glob
 import itertools
 import json
 import os
@@ -100,6 +101,8 @@ def test_sentence_per_line_leading_blank_lines_and_files_in_order(tmp_path):
   _write(tmp_path / 'a.txt', '\n\n\nFrom a.\n\n')
   _write(tmp_path / 'sub' / 'c.txt', 'From c.\n')
   _write(tmp_path / '.hidden', 'Never read.\n')
+  _write(tmp_path / '.ipynb_checkpoints' / 'a-checkpoint.txt', 'Nor this.\n')
+  _write(tmp_path / 'sub' / '.git' / 'c.txt', 'Nor this.\n')
   docs = list(corpus.read_text_files(str(tmp_path), 'sentence_per_line'))
   # Sorted by path; a file's last document ends at the end of the file.
   assert docs == [['From a.'], ['From b.'], ['From c.']]
@@ -442,6 +445,15 @@ def test_tfds_corpus(tfds_dir):
   assert fp != corpus.fingerprint(
       CorpusSpec(source='tfds', tfds_name='tiny_text_corpus:text',
                  tfds_data_dir=tfds_dir, max_documents=1))
+  # Rebuilt with as many records: another corpus (its files are new).
+  record, = glob.glob(os.path.join(tfds_dir, '*', '*', '*.array_record*'))
+  times = os.stat(record)
+  os.utime(record, ns=(times.st_atime_ns, times.st_mtime_ns + 10**9))
+  try:
+    assert corpus.fingerprint(spec) != fp
+  finally:
+    os.utime(record, ns=(times.st_atime_ns, times.st_mtime_ns))
+  assert corpus.fingerprint(spec) == fp
 
 
 def test_tfds_corpus_with_version(tfds_dir):
