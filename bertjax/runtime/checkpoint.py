@@ -240,11 +240,15 @@ class Checkpointer:
     return saved
 
   def check(self) -> None:
-    """Raises ``CheckpointSaveError`` if the save in flight has failed
-    already; cheap (no waiting), so the trainer asks after every step."""
-    if self._saving is not None:
-      with self._reporting_failure():
-        self._manager.check_for_errors()
+    """Raises ``CheckpointSaveError`` if the save in flight has failed;
+    cheap (no waiting), so the trainer asks after every step.
+
+    Only once orbax's finalize thread is done: asking it for the error
+    before takes the error from that thread, which then goes on to delete
+    the steps retention drops, the previous one (with keep=1 the only one)
+    among them."""
+    if self._saving is not None and not self._manager.is_saving_in_progress():
+      self.wait()
 
   def wait(self) -> None:
     """Waits for the save in flight; raises ``CheckpointSaveError`` if it
