@@ -290,23 +290,38 @@ class Checkpointer:
     ``data_iterator`` is moved to the saved position in place (None: a
     run whose batches are a function of the step saves no iterator).
     ``defaults``: for a dataclass state, the values of fields added since
-    the checkpoint was written (``{field: value}``), so that it restores.
+    the checkpoint was written (``{field: value}``; for a dict field whose
+    keys were added to, the value holds them), so that it restores.
     """
-    target, added = abstract_state, []
+    target, added, grown, fill = abstract_state, [], {}, None
     if defaults is not None and dataclasses.is_dataclass(abstract_state):
-      saved = set(self._manager.item_metadata(step)['state'].keys())
+      saved = self._manager.item_metadata(step)['state']
       names = [f.name for f in dataclasses.fields(abstract_state)]
       added = [n for n in names if n not in saved]
-      if added:
+      for n in names:
+        value = getattr(abstract_state, n)
+        if n in saved and isinstance(value, dict):
+          new_keys = [k for k in value if k not in saved[n]]
+          if new_keys:   # Only what ``defaults`` gives (else not ours).
+            fill = defaults() if fill is None else fill
+            if set(new_keys) <= set(fill.get(n, {})):
+              grown[n] = new_keys
+      if added or grown:
         target = {n: getattr(abstract_state, n) for n in names
                   if n in saved}
+        for n, new_keys in grown.items():
+          target[n] = {k: v for k, v in target[n].items()
+                       if k not in new_keys}
     items = {'state': ocp.args.StandardRestore(target)}
     if data_iterator is not None:
       items['data'] = IteratorRestore(data_iterator)
     state = self._manager.restore(step, args=ocp.args.Composite(**items)
                                   )['state']
-    if added:
-      fill = defaults()
+    if added or grown:
+      fill = defaults() if fill is None else fill
+      state = dict(state)
+      for n, new_keys in grown.items():
+        state[n] = {**state[n], **{k: fill[n][k] for k in new_keys}}
       state = abstract_state.replace(**state, **{n: fill[n] for n in added})
     return state
 

@@ -10,8 +10,10 @@ On the host (``Monitor``): the counters are read where the trainer already
 fetches the step's results (logged steps, checkpoints), so detection costs
 no extra synchronization. Skipped steps and spikes are reported; the run
 halts once ``halt_after`` consecutive steps were skipped (``policy='skip'``)
-or at the first (``policy='halt'``), naming the last checkpoint, which
-holds no non-finite value because no skipped update ever reached the state.
+or at the first (``policy='halt'``), at the first check after them (the
+device keeps the longest such run, so one that ended between two checks is
+seen), naming the last checkpoint, which holds no non-finite value because
+no skipped update ever reached the state.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def init_health() -> dict:
   """The counters (int32 and float32 scalars) of a run that has not begun."""
   i, f = jnp.zeros((), jnp.int32), jnp.zeros((), jnp.float32)
   return {'skipped_steps': i, 'consecutive_skipped': i,
-          'finite_steps': i, 'loss_mean': f,
+          'longest_skipped': i, 'finite_steps': i, 'loss_mean': f,
           'loss_spikes': i, 'last_spike_step': i, 'last_spike_ratio': f}
 
 
@@ -54,10 +56,13 @@ def guard(health: dict, step: jax.Array, loss: jax.Array,
   decay = 1.0 - 1.0 / spike_window
   new_mean = jnp.where(known, decay * mean + (1 - decay) * loss, loss)
   one = jnp.ones((), jnp.int32)
+  consecutive = jnp.where(finite, 0, health['consecutive_skipped'] + 1)
   health = {
       'skipped_steps': health['skipped_steps'] + (~finite) * one,
-      'consecutive_skipped': jnp.where(
-          finite, 0, health['consecutive_skipped'] + 1),
+      'consecutive_skipped': consecutive,
+      # The longest run of skipped steps so far: the host, which reads the
+      # counters only at logged steps, sees one that ended in between.
+      'longest_skipped': jnp.maximum(health['longest_skipped'], consecutive),
       'finite_steps': seen + finite * one,
       'loss_mean': jnp.where(finite, new_mean, mean),
       'loss_spikes': health['loss_spikes'] + spike * one,
@@ -87,6 +92,8 @@ class Monitor:
     start = start or {}
     self._skipped = int(start.get('skipped_steps', 0))
     self._spikes = int(start.get('loss_spikes', 0))
+    # A run resumed under a stricter policy halts on new skips only.
+    self._longest = int(start.get('longest_skipped', 0))
 
   def check(self, step: int, health: dict, last_checkpoint: str) -> None:
     """Reports what changed since the last check; raises
@@ -95,7 +102,7 @@ class Monitor:
     ``health`` holds host values of ``init_health``'s counters at ``step``.
     """
     skipped, spikes = int(health['skipped_steps']), int(health['loss_spikes'])
-    consecutive = int(health['consecutive_skipped'])
+    longest = int(health['longest_skipped'])
     if skipped > self._skipped:
       self._say(f'warning: {skipped - self._skipped} step(s) with a '
                 f'non-finite loss or gradient up to step {step} were '
@@ -106,10 +113,10 @@ class Monitor:
                 f'{step}; the latest at step {int(health["last_spike_step"])}'
                 f', {float(health["last_spike_ratio"]):.2f}x.')
     self._skipped, self._spikes = skipped, spikes
-    if consecutive >= self._halt_after:
+    if longest >= self._halt_after and longest > self._longest:
       raise DivergenceError(
           f'halting at step {step}: the loss or gradients were not finite '
-          f'on the last {consecutive} consecutive step(s) (divergence.policy'
+          f'on {longest} consecutive step(s) up to it (divergence.policy'
           f'={self._policy!r}, halt_after={self._halt_after}); their updates'
           f' were skipped. The last good checkpoint is {last_checkpoint}. '
           'Resume from it with a lower optimizer.learning_rate or a larger '

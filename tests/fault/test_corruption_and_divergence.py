@@ -170,15 +170,18 @@ def test_nan_steps_are_skipped_and_counted(data_dir, tmp_path, monkeypatch,
              jax.tree.leaves(params))
 
 
-@pytest.mark.parametrize('policy, halt_after, nan_steps, halted_at', [
-    ('halt', 10, {6}, 6), ('skip', 2, {6, 7}, 7)])
+@pytest.mark.parametrize('policy, halt_after, nan_steps, halted_at, log', [
+    ('halt', 10, {6}, 6, 1), ('skip', 2, {6, 7}, 7, 1),
+    # Logged every 4 steps: step 7 is finite again by the check at 8.
+    ('halt', 10, {6}, 8, 4)])
 def test_nan_steps_halt_per_policy_naming_the_last_good_checkpoint(
     data_dir, tmp_path, monkeypatch, policy, halt_after, nan_steps,
-    halted_at):
+    halted_at, log):
   _with_nan_batches(monkeypatch, nan_steps)
   workdir = str(tmp_path / 'run')
   cfg = _config(data_dir, **{'divergence.policy': policy,
-                             'divergence.halt_after': halt_after})
+                             'divergence.halt_after': halt_after,
+                             'log_every_steps': log})
   with pytest.raises(divergence.DivergenceError,
                      match=f'halting at step {halted_at}: .* The last good '
                      'checkpoint is step 4 in '):

@@ -205,6 +205,36 @@ def test_a_state_saved_before_a_field_existed_restores_with_its_default(
   assert int(restored.health['n']) == 7
 
 
+def test_a_counter_added_to_a_dict_field_restores_with_its_default(
+    tmp_path):
+  """A checkpoint written before ``health`` had a counter: the saved
+  counters come back, the new one takes its default; a key that the
+  defaults do not give (another model's parameters) is not filled in."""
+  @flax.struct.dataclass
+  class State:
+    step: jax.Array
+    health: dict
+
+  replicated = sharding.replicated(sharding.make_mesh((-1, 1, 1)))
+  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype,  # pylint: disable=g-long-lambda
+                                                   sharding=replicated)
+  ckpt = checkpoint.Checkpointer(str(tmp_path / 'ckpt'), save_every_steps=1,
+                                 keep=1)
+  ckpt.save(3, State(jnp.int32(3), {'old': jnp.int32(5)}), _iterator())
+  ckpt.wait()
+  abstract = State(spec((), jnp.int32), {'old': spec((), jnp.int32),
+                                         'new': spec((), jnp.int32)})
+  defaults = lambda: {'health': {'old': jnp.int32(0), 'new': jnp.int32(7)}}
+  restored, _ = ckpt.restore_latest(abstract, _iterator(), defaults=defaults)
+  assert isinstance(restored, State)
+  assert (int(restored.health['old']), int(restored.health['new'])) == (5, 7)
+  with pytest.raises(ValueError, match='other'):   # Not ours to fill.
+    ckpt.restore(3, State(spec((), jnp.int32), {'old': spec(
+        (), jnp.int32), 'other': spec((), jnp.int32)}), _iterator(),
+                 defaults=defaults)
+  ckpt.close()
+
+
 def test_imported_parameters_round_trip_and_another_shape_is_named(
     tmp_path):
   mesh = sharding.make_mesh((-1, 1, 1))

@@ -93,12 +93,35 @@ def test_monitor_reports_changes_and_halts_per_policy():
   assert '3 in all' in said[0]
   assert 'at step 17, 4.50x' in said[1]
   with pytest.raises(divergence.DivergenceError,
-                     match='last 3 consecutive.*checkpoint is step 16 in x'):
-    monitor.check(21, _host(skipped_steps=4, consecutive_skipped=3),
-                  'step 16 in x')
+                     match='on 3 consecutive.*checkpoint is step 16 in x'):
+    monitor.check(21, _host(skipped_steps=4, consecutive_skipped=3,
+                            longest_skipped=3), 'step 16 in x')
   halt = divergence.Monitor('halt', 10, 3.0, said.append)
   with pytest.raises(divergence.DivergenceError, match="policy='halt'"):
-    halt.check(5, _host(skipped_steps=1, consecutive_skipped=1), 'none')
+    halt.check(5, _host(skipped_steps=1, consecutive_skipped=1,
+                        longest_skipped=1), 'none')
+  # Resumed under 'halt' after a run of 2 that 'skip' let pass: only a
+  # new run halts it.
+  resumed = divergence.Monitor('halt', 10, 3.0, said.append,
+                               start=_host(skipped_steps=2, longest_skipped=2))
+  resumed.check(30, _host(skipped_steps=2, longest_skipped=2), 'step 24')
+  with pytest.raises(divergence.DivergenceError, match='on 3 consecutive'):
+    resumed.check(40, _host(skipped_steps=5, longest_skipped=3), 'step 32')
+
+
+def test_a_run_of_skipped_steps_between_two_checks_halts_the_run():
+  """The host reads the counters at logged steps only: a NaN at step 6
+  of 8 (a finite step 7 resets the current run) still halts the run at
+  step 8 under policy='halt', as 2 NaNs in a row do under halt_after=2."""
+  for policy, halt_after, losses in (('halt', 10, [1, 1, 1, 1, 1, 1, _NAN, 1]),
+                                     ('skip', 2, [1, 1, _NAN, _NAN, 1, 1])):
+    health = divergence.init_health()
+    for step, loss in enumerate(losses):
+      _, health = _guard(health, step, loss)
+    assert int(health['consecutive_skipped']) == 0
+    monitor = divergence.Monitor(policy, halt_after, 3.0, lambda _: None)
+    with pytest.raises(divergence.DivergenceError, match='consecutive'):
+      monitor.check(len(losses), jax.device_get(health), 'step 4')
 
 
 def test_sigterm_is_noticed_at_the_next_check_and_the_handler_restored():
