@@ -248,13 +248,16 @@ def binding_meta(workdir: str, name: str,
                  ) -> dict | None:
   """``workdir``'s metadata file ``name`` (the settings its run was written
   with) when a checkpoint under one of ``checkpoint_dirs`` holds the run to
-  them, else None. A start that failed before its first checkpoint left
-  nothing to continue: a new start, with any settings, replaces it."""
+  them (or was set aside as corrupt there, to be repaired), else None. A
+  start that failed before its first checkpoint left nothing to continue:
+  a new start, with any settings, replaces it."""
   try:
     saved = json.loads(storage.read_text(os.path.join(workdir, name)))
   except FileNotFoundError:
     return None
   if all(checkpoint_lib.latest_step(os.path.join(workdir, d)) is None
+         and not storage.listdir(os.path.join(workdir, d)
+                                 + checkpoint_lib.CORRUPT_SUFFIX)
          for d in checkpoint_dirs):
     return None
   return saved

@@ -104,6 +104,12 @@ def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(data_dir,
                      match='steps 4 were unusable'):
     train.train_and_evaluate(_config(data_dir), workdir)
   assert os.listdir(os.path.join(workdir, 'checkpoints')) == []
+  # The steps set aside still hold the workdir to its run: another config
+  # is refused before it rewrites the run's files (they say how to repair).
+  meta = open(os.path.join(workdir, train.RUN_META)).read()
+  with pytest.raises(train.ResumeError, match='seed'):
+    train.train_and_evaluate(_config(data_dir, seed=7), workdir)
+  assert open(os.path.join(workdir, train.RUN_META)).read() == meta
 
 
 def _with_nan_batches(monkeypatch, steps):
