@@ -67,11 +67,17 @@ from data_pipelines import tokenizer as tokenizer_lib
 # steps' keys (dropout; ELECTRA's masking and sampling), and evaluation's.
 _MODEL_KEY, _DROPOUT_KEY, _EVAL_KEY = 1, 2, 3
 # Config sections a resumed run must share with the run that wrote the
-# checkpoints: anything else (steps, logging, eval) may change on resume.
-# With a mixture, its components and exponent replace data.corpus (which the
-# mixture ignores), see run_identity.
+# checkpoints: anything else (steps, logging, eval, the learning rate and
+# its schedule) may change on resume. What the data stream is (its rows,
+# their batches and masking) and the optimizer's state tree are here too:
+# the saved iterator position is a count of batches, and Grain's state
+# holds one entry per worker process. With a mixture, its components and
+# exponent replace data.corpus (which the mixture ignores), see
+# run_identity.
 _RUN_IDENTITY = ('seed', 'model', 'data.corpus', 'data.tokenizer',
-                 'data.max_seq_length')
+                 'data.max_seq_length', 'batch_size', 'data.layout',
+                 'data.dupe_factor', 'data.split_seed', 'data.eval_fraction',
+                 'data.num_workers', 'masking', 'optimizer.name')
 _MIXTURE_IDENTITY = ('data.mixture', 'data.mixture_exponent')
 RUN_META = 'run_meta.json'
 _SHARDING_REPORT = 'sharding.txt'

@@ -183,6 +183,17 @@ def test_resume_with_other_tokenizer_fails_and_keeps_checkpoints(
   other = _config(data_dir, total_steps=4, **{'data.tokenizer.vocab_size': 300})
   with pytest.raises(train.ResumeError, match='data.tokenizer'):
     train.train_and_evaluate(other, workdir)
+  # What the data stream is, and the optimizer's state tree: the saved
+  # position counts batches (one state per Grain worker).
+  for field, value, name in (
+      ('batch_size', 2 * cfg.batch_size, 'batch_size'),
+      ('data.layout', 'sop', 'data.layout'),
+      ('data.num_workers', cfg.data.num_workers + 1, 'data.num_workers'),
+      ('masking.rate', 0.2, 'masking'),
+      ('optimizer.name', 'lamb', 'optimizer.name')):
+    with pytest.raises(train.ResumeError, match=f'whose {name} differ'):
+      train.train_and_evaluate(_config(data_dir, total_steps=4,
+                                       **{field: value}), workdir)
   # Same settings, but the tokenizer file itself was replaced.
   meta_path = os.path.join(workdir, 'run_meta.json')
   with open(meta_path) as f:
