@@ -218,14 +218,17 @@ def download(path: str, local_path: str) -> None:
 def move(path: str, target: str) -> None:
   """Moves a directory (or every object under a prefix) to ``target``.
   Locally a rename; in a bucket each object is copied then deleted, so a
-  reader may see both for a moment, never neither."""
+  reader may see both for a moment, never neither. A commit marker
+  (orbax's ``commit_success.txt``) is deleted first: a kill midway leaves
+  an uncommitted rest, not a committed step with files missing."""
   if is_remote(path):
     fs, p = _fs(path)
     objects = _objects(fs, p)
     to = _fs(target)[1]
     for name in objects:
       fs.cp_file(name, to + name[len(p):])
-    for name in objects:
+    for name in sorted(objects, key=lambda n: not n.endswith(
+        '/commit_success.txt')):
       fs.rm_file(name)
   else:
     os.replace(path, target)

@@ -181,6 +181,7 @@ def check_before_writing(cfg, workdir: str) -> tuple[Any, dict | None]:
   """
   cfg = objectives.get(cfg.objective.name).prepare_config(cfg)
   config_lib.validate(cfg)
+  checkpoint_lib.check_directory(storage.absolute(workdir))
   for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
     logging.warning('config: %s', warning)
     say(f'warning: {warning}')
@@ -680,6 +681,7 @@ def _init_from(other_workdir: str, abstract_state):
   step = checkpoint_lib.latest_step(directory)
   if step is None:
     raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
+  checkpoint_lib.verify(os.path.join(storage.absolute(directory), str(step)))
   with ocp.CheckpointManager(
       storage.absolute(directory),
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:

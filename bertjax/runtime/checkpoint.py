@@ -18,10 +18,12 @@ What a failure can do to them, and what happens then:
 * Corruption at rest (a flipped byte, a truncated or missing file): every
   step is sealed with ``bertjax_manifest.json`` (the size and SHA-256 of each
   file), written before the rename (or the commit file), so a checkpoint
-  and its manifest appear together. ``restore_latest`` checks the
-  manifest before restoring; a step that fails is moved to
+  and its manifest appear together, and orbax's metadata of the step says
+  it was sealed (a manifest gone is damage too). ``restore_latest`` checks
+  the manifest before restoring; a step that fails is moved to
   ``checkpoints_corrupt/`` (kept, never deleted) and the next older one is
-  tried.
+  tried. ``restore_as_saved`` (fine-tuning, export) and ``init_from``
+  check it too, and fail on a damaged step.
 * A failed save (a full disk, a lost mount): ``CheckpointSaveError`` says
   which step was lost and which complete checkpoint remains; the partial
   directory is removed so that the space it took is free again.
@@ -84,16 +86,21 @@ def verify(step_dir: str) -> bool:
   """Checks ``step_dir`` against its manifest.
 
   Returns:
-    True when it matches, False when the step has no manifest (written
-    before manifests existed, or by ``save_params``).
+    True when it matches, False when the step has no manifest and was
+    written without one (before manifests existed, or by ``save_params``).
 
   Raises:
-    CorruptCheckpointError: naming the first file that differs.
+    CorruptCheckpointError: naming the first file that differs, or the
+      manifest, gone from a step whose orbax metadata says it was sealed.
   """
   try:
     expected = json.loads(storage.read_text(
         os.path.join(step_dir, MANIFEST)))['files']
   except FileNotFoundError:
+    if _said_sealed(step_dir):
+      raise CorruptCheckpointError(
+          f'{step_dir}: its manifest {MANIFEST} is gone, and the step was '
+          'saved sealed (its files cannot be checked).') from None
     return False
   except (ValueError, KeyError, TypeError) as e:
     raise CorruptCheckpointError(
@@ -117,6 +124,20 @@ def verify(step_dir: str) -> bool:
           f'{step_dir}: {rel} does not match the SHA-256 it was written '
           'with (its bytes changed on disk).')
   return True
+
+
+# In the step's orbax metadata (``custom_metadata``): the step was sealed,
+# so a missing manifest is damage, not an older checkpoint.
+_SEALED = 'bertjax_sealed'
+
+
+def _said_sealed(step_dir: str) -> bool:
+  try:
+    metadata = json.loads(storage.read_text(
+        os.path.join(step_dir, _COMMIT_FILES[0])))
+    return bool(metadata.get('custom_metadata', {}).get(_SEALED))
+  except (OSError, ValueError, AttributeError):
+    return False
 
 
 class IteratorHandler(grain.checkpoint.CheckpointHandler):
@@ -157,6 +178,18 @@ class IteratorRestore(ocp.args.CheckpointArgs):
   item: Any
 
 
+def check_directory(directory: str) -> None:
+  """Raises ValueError where orbax would write ``directory``'s checkpoints
+  unreadable: its merge of a step's parts globs the step's path, and a
+  bracket pair there (a workdir named ``lr[3e-4]``) is a character class
+  that finds none of them (orbax 0.12: saved, then restore fails)."""
+  if '[' in directory and ']' in directory.split('[', 1)[1]:
+    raise ValueError(
+        f'{directory!r}: a checkpoint directory whose path has a [...] '
+        "pair cannot be written readably by orbax (it globs the path); "
+        'name the workdir without brackets, e.g. lr_3e-4.')
+
+
 def _sync(name: str) -> None:
   """A barrier across processes (none with one process)."""
   if jax.process_count() > 1:
@@ -171,6 +204,7 @@ class Checkpointer:
   def __init__(self, directory: str, save_every_steps: int, keep: int,
                async_save: bool = True):
     self._directory = storage.absolute(directory)
+    check_directory(self._directory)
     self._save_every_steps = save_every_steps
     self._async = async_save
     self._saving = None        # The step whose save may still be running.
@@ -198,7 +232,7 @@ class Checkpointer:
     if storage.is_remote(self._directory):   # Written in place.
       write_manifest(os.path.join(self._directory, str(self._saving)))
       return
-    # The workdir's own name may hold glob characters (runs/lr[3e-4]).
+    # The workdir's own name may hold other glob characters (runs/lr*).
     pattern = os.path.join(glob.escape(self._directory),
                            f'{self._saving}{_TMP_SUFFIX}*')
     found = glob.glob(pattern)
@@ -232,7 +266,7 @@ class Checkpointer:
     self._saving = step
     with self._reporting_failure():
       saved = self._manager.save(step, args=ocp.args.Composite(**items),
-                                 force=True)
+                                 force=True, custom_metadata={_SEALED: True})
     if saved and not self._async:
       if jax.process_index() == 0:
         write_manifest(os.path.join(self._directory, str(step)))
@@ -398,7 +432,9 @@ def latest_step(directory: str) -> int | None:
 
 def restore_as_saved(directory: str, step: int) -> Any:
   """The state saved at ``step`` in ``directory`` (local or a bucket), as
-  it was saved: nested arrays on the default device, no target needed."""
+  it was saved: nested arrays on the default device, no target needed.
+  Checked against its manifest first (``verify``)."""
+  verify(os.path.join(storage.absolute(directory), str(step)))
   with ocp.CheckpointManager(
       storage.absolute(directory),
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:

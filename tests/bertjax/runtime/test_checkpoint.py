@@ -152,8 +152,9 @@ def test_restores_a_checkpoint_of_grains_own_handler(tmp_path):
   np.testing.assert_array_equal(next(fresh)['x'], next(it)['x'])
 
 
-# A workdir's name may hold glob characters (a sweep's lr[3e-4]).
-@pytest.mark.parametrize('name', ['ckpt', 'lr[3e-4]'])
+# A workdir's name may hold glob characters (lr*, a[b), but for a [...]
+# pair, which orbax's merge of a step's parts takes as a character class.
+@pytest.mark.parametrize('name', ['ckpt', 'lr*3e-4?', 'a[b'])
 def test_every_saved_step_is_sealed_and_verifies(tmp_path, name):
   ckpt = checkpoint.Checkpointer(str(tmp_path / name), save_every_steps=1,
                                  keep=3)
@@ -173,6 +174,22 @@ def test_every_saved_step_is_sealed_and_verifies(tmp_path, name):
     f.write(' ')
   with pytest.raises(checkpoint.CorruptCheckpointError, match='has 2'):
     checkpoint.verify(str(tmp_path / name / '2'))
+  # Read as saved (fine-tuning, export): checked first.
+  with pytest.raises(checkpoint.CorruptCheckpointError, match='has 2'):
+    checkpoint.restore_as_saved(str(tmp_path / name), 2)
+  np.testing.assert_array_equal(
+      checkpoint.restore_as_saved(str(tmp_path / name), 1)['w'], [1] * 4)
+  # A sealed step without its manifest is damaged, not an old checkpoint.
+  os.remove(tmp_path / name / '1' / checkpoint.MANIFEST)
+  with pytest.raises(checkpoint.CorruptCheckpointError, match='is gone'):
+    checkpoint.verify(str(tmp_path / name / '1'))
+
+
+def test_a_directory_orbax_would_write_unreadable_is_refused(tmp_path):
+  with pytest.raises(ValueError, match=r'\[\.\.\.\] pair'):
+    checkpoint.Checkpointer(str(tmp_path / 'lr[3e-4]' / 'checkpoints'),
+                            save_every_steps=1, keep=1)
+  assert not (tmp_path / 'lr[3e-4]').exists()
 
 
 def test_a_state_saved_before_a_field_existed_restores_with_its_default(
