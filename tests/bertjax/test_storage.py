@@ -85,3 +85,25 @@ def test_a_path_with_glob_characters_is_found_as_it_is(base):
   assert not storage.exists(f'{base}/lr[3e-4]/m.json')
   storage.rmtree(f'{base}/lr[1e-3]')
   assert storage.find(f'{base}/lr[1e-3]') == {}
+
+
+def test_a_bucket_move_uncommits_a_checkpoint_step_first(gcs_bucket,
+                                                        monkeypatch):
+  """Moving a committed orbax step out of a bucket deletes its commit
+  marker before anything else: a kill midway leaves no committed step with
+  files missing (sorted, '_CHECKPOINT_METADATA' and the manifest went
+  first)."""
+  base = f'{gcs_bucket}/move-{os.getpid()}'
+  for name in ('_CHECKPOINT_METADATA', 'bertjax_manifest.json',
+               'commit_success.txt', 'state/a', 'state/b'):
+    storage.write_text(f'{base}/4/{name}', name)
+  fs, _ = storage._fs(base)  # pylint: disable=protected-access
+  removed = []
+  remove = fs.rm_file   # fsspec caches the instance storage uses.
+  monkeypatch.setattr(fs, 'rm_file',
+                      lambda p: (removed.append(p), remove(p)))
+  storage.move(f'{base}/4', f'{base}/aside/4')
+  assert removed[0].endswith('/4/commit_success.txt') and len(removed) == 5
+  assert storage.read_text(f'{base}/aside/4/commit_success.txt') == (
+      'commit_success.txt')
+  assert not storage.exists(f'{base}/4/state/a')
