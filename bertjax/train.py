@@ -110,11 +110,19 @@ def write_json_atomic(path: str, value) -> None:
 
 def train_unless_finished(cfg, workdir: str) -> bool:
   """Trains ``cfg`` in ``workdir`` (resuming it) unless its checkpoint at
-  ``cfg.total_steps`` is saved already; returns whether it trained. A
-  finished run is not started again, which would compile its step."""
-  step = checkpoint_lib.latest_step(os.path.join(workdir, 'checkpoints'))
+  ``cfg.total_steps`` is saved already, intact; returns whether it
+  trained. A finished run is not started again, which would compile its
+  step; one whose last checkpoint is damaged sets it aside and trains
+  again from the one before."""
+  directory = os.path.join(workdir, 'checkpoints')
+  step = checkpoint_lib.latest_step(directory)
   if step is not None and step >= cfg.total_steps:
-    return False
+    try:
+      checkpoint_lib.verify(os.path.join(storage.absolute(directory),
+                                         str(step)))
+      return False
+    except checkpoint_lib.CorruptCheckpointError:
+      pass   # Training restores the newest intact step.
   train_and_evaluate(cfg, workdir)
   return True
 

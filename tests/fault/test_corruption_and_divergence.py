@@ -89,6 +89,19 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(
   _assert_identical(reference, workdir)
 
 
+def test_a_finished_run_with_a_damaged_last_step_trains_again(
+    data_dir, stopped_at_12, tmp_path):
+  """Run to the end (what the compare tool skips), but its last step is
+  damaged: trained again from step 8, not taken as finished."""
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(stopped_at_12, workdir)
+  cfg = _config(data_dir, total_steps=12)
+  _flip_a_byte(os.path.join(workdir, 'checkpoints', '12'))
+  assert train.train_unless_finished(cfg, workdir)
+  assert checkpoint.verify(os.path.join(workdir, 'checkpoints', '12'))
+  assert not train.train_unless_finished(cfg, workdir)
+
+
 def test_no_intact_checkpoint_is_an_error_not_a_fresh_start(data_dir,
                                                             tmp_path):
   workdir = str(tmp_path / 'run')
