@@ -125,6 +125,11 @@ def int8_model(model: nn.Module) -> nn.Module:
   if cfg.quantize == 'none':
     raise ValueError('an int8 model of a float model: set model.quantize '
                      "to 'int8' and train with it first.")
+  if cfg.scan_layers:
+    raise ValueError('an int8 model of a scanned stack: Qwix quantizes '
+                     'per module, not through the scan; unscan it first '
+                     '(scan_layers=False, hf_convert.unscanned on the '
+                     'parameters), as fine-tuning does.')
   q = _qwix()
   return q.qwix.quantize_model(
       model, q.Inference(_rules(cfg, q.qwix.QuantizationRule)))

@@ -160,6 +160,9 @@ def test_int8_path_equals_the_fake_quantized_forward(params, layers):
                 'embeddings/token_type/embedding',
                 'embeddings/word/embedding', 'pooler/kernel']
   assert int8_leaves == sorted(kernels)
+  with pytest.raises(ValueError, match='scanned stack'):   # Not Qwix's own.
+    quantization.int8_params(quantization.quantized(_model(
+        scan_layers=True)), params, *_inputs())
 
 
 def test_export_reads_back_and_refuses_other_files(params, tmp_path):
