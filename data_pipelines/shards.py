@@ -40,6 +40,7 @@ import io
 import json
 import multiprocessing
 import os
+import zipfile
 from typing import Callable, Iterable, Iterator, Sequence
 
 from array_record.python import array_record_module
@@ -359,8 +360,8 @@ def load_summary(directory: str, number: int) -> dict | None:
     with storage.open(summary_path(directory, number), 'rb') as f, (
         np.load(f)) as z:
       summary = json.loads(str(z['summary']))
-  except (OSError, ValueError, KeyError, EOFError):
-    return None
+  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    return None   # Missing, or cut short: the shard is written again.
   for s in SPLITS:
     try:
       if storage.getsize(shard_path(directory, s, number)) != summary[s][

@@ -239,6 +239,12 @@ def test_a_truncated_shard_is_refused_by_name(root, reference):
   assert path in str(error.value) and 'truncated' in str(error.value)
   # Its summary no longer counts it as written: preparing again rewrites it.
   assert shards.load_summary(directory, 5) is None
+  # Nor does a summary cut short (damaged outside a write, which is atomic).
+  assert shards.load_summary(directory, 4) is not None
+  summary = shards.summary_path(directory, 4)
+  with open(summary, 'r+b') as f:
+    f.truncate(os.path.getsize(summary) // 2)
+  assert shards.load_summary(directory, 4) is None
 
 
 def test_a_corrupt_shard_is_found_by_its_checksum(root, reference):
