@@ -716,8 +716,9 @@ def evaluate_task(task: downstream.Task, logits: np.ndarray, features: dict,
     return downstream.evaluate(task, logits.argmax(-1), features['label'])
   if task.kind == 'regression':
     return downstream.evaluate(task, logits[:, 0], features['label'])
-  if task.kind == 'token':
-    return downstream.evaluate(task, logits.argmax(-1), features['labels'])
+  if task.kind == 'token':   # Every word, those the rows lost too.
+    return downstream.evaluate(task, *downstream.word_tags(
+        logits.argmax(-1), features, task.eval, task.label_names))
   answers = downstream.span_predictions(
       logits[..., 0], logits[..., 1], features, task.eval,
       cfg.max_answer_length)

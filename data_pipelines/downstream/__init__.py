@@ -28,7 +28,8 @@ The modules, one concern each:
   files.py     ``load_files`` and the checks of task files.
   tfds.py      ``load_tfds``.
   encoding.py  ``encode`` (and ``truncate_pair``, ``token_char_spans``) and
-               ``span_predictions``, the answers read back from span logits.
+               ``span_predictions``, the answers read back from span logits,
+               and ``word_tags``, a token task's tags of every word.
   metrics.py   ``METRICS`` and ``evaluate``.
 
 Pure numpy and Python: no JAX, so the harness encodes and scores on the host.
@@ -45,6 +46,7 @@ from data_pipelines.downstream.encoding import encode
 from data_pipelines.downstream.encoding import span_predictions
 from data_pipelines.downstream.encoding import token_char_spans
 from data_pipelines.downstream.encoding import truncate_pair
+from data_pipelines.downstream.encoding import word_tags
 from data_pipelines.downstream.files import load_files
 from data_pipelines.downstream.metrics import accuracy
 from data_pipelines.downstream.metrics import entity_chunks
@@ -70,4 +72,5 @@ __all__ = [
     'entity_f1', 'evaluate', 'exact_match', 'f1', 'load_files', 'load_tfds',
     'matthews', 'normalize_answer', 'pearson', 'span_f1', 'span_predictions',
     'spearman', 'tfds_kind', 'token_char_spans', 'truncate_pair',
+    'word_tags',
 ]

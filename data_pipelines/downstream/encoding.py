@@ -163,7 +163,8 @@ def _label_first_subtokens(out: dict, i: int, ends: np.ndarray,
                            word_starts: np.ndarray, word_ends: np.ndarray,
                            tags: np.ndarray) -> None:
   """Writes each word's tag on its first token into row ``i`` of
-  ``out['labels']``, and the words labelled into ``out['words_kept']``.
+  ``out['labels']`` (and the word's index into ``out['label_words']``),
+  and the words labelled into ``out['words_kept']``.
 
   Args:
     ends: int64 [num_tokens], the row's (truncated) tokens' placed ends.
@@ -178,6 +179,7 @@ def _label_first_subtokens(out: dict, i: int, ends: np.ndarray,
     if ok and w not in seen:  # The word's first sub-token.
       seen.add(w)
       out['labels'][i, 1 + position] = tags[w]
+      out['label_words'][i, 1 + position] = w
   out['words_kept'][i] = len(seen)
 
 
@@ -195,6 +197,7 @@ def _encode_tokens(examples: list[dict], tokenizer,
   encoded = tokenizer.encode_with_offsets(joined) if joined else []
   out = _empty_rows(len(examples), length)
   out['labels'] = np.full((len(examples), length), base.IGNORE, np.int32)
+  out['label_words'] = np.full((len(examples), length), -1, np.int32)
   out['words_kept'] = np.zeros(len(examples), np.int32)
   for i, ((ids, ends), (starts, word_ends)) in enumerate(zip(encoded,
                                                              bounds)):
@@ -205,6 +208,29 @@ def _encode_tokens(examples: list[dict], tokenizer,
     _label_first_subtokens(out, i, ends, starts, word_ends,
                            np.asarray(examples[i]['labels'], np.int32))
   return out
+
+
+def word_tags(predictions: np.ndarray, features: dict, examples: list[dict],
+              label_names=()) -> tuple[np.ndarray, np.ndarray]:
+  """Token tasks: (predicted, gold) tag ids [N, W] for every word of each
+  example (W its most words; gold -1 past a sentence's end), so that the
+  metrics score every word, as conlleval does.
+
+  A word's prediction is its first sub-token's; a word the row lost (cut
+  off by ``max_seq_length``, or one with no token at all) is predicted
+  'O', or, where the tags have no 'O', a tag that is always wrong.
+  Scoring the rows' labels alone would leave the lost words' gold out.
+  """
+  width = max((len(e['labels']) for e in examples), default=0)
+  gold = np.full((len(examples), width), base.IGNORE, np.int32)
+  names = list(label_names)
+  predicted = np.full_like(gold, names.index('O') if 'O' in names else -2)
+  for i, example in enumerate(examples):
+    gold[i, :len(example['labels'])] = example['labels']
+    positions = np.flatnonzero(features['label_words'][i] >= 0)
+    predicted[i, features['label_words'][i, positions]] = predictions[
+        i, positions]
+  return predicted, gold
 
 
 # ---------------------------------------------------------------------------

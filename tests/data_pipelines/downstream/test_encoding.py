@@ -164,6 +164,33 @@ def test_encode_tokens_first_subtoken_labels(tok, task):
       else:
         assert ex['words'][k].startswith(decoded)
   assert truncated > 0  # Some sentences are longer than 46 tokens.
+  # Scored per word: every word of every sentence, the rows' lost ones too.
+  # (The rows' own labels as the predictions: right on every kept word.)
+  predicted, gold = downstream.word_tags(out['labels'], out, examples)
+  assert gold.shape == (20, max(len(ex['words']) for ex in examples))
+  for row, ex in enumerate(examples):
+    kept, n = int(out['words_kept'][row]), len(ex['words'])
+    assert gold[row, :n].tolist() == ex['labels'] and (gold[row, n:] == -1
+                                                       ).all()
+    # No 'O' among the tags: a lost word's prediction is always wrong.
+    assert predicted[row, :n].tolist() == ex['labels'][:kept] + [-2] * (
+        n - kept)
+
+
+def test_truncated_words_count_as_missed_entities(tok):
+  """A row cut by max_seq_length keeps 'Ann' but not 'John Smith': with
+  the kept word right, recall is 1/2 (conlleval over the sentence), not
+  1 (over the row's labels alone)."""
+  names = ('B-PER', 'I-PER', 'O')
+  example = {'words': ['Ann', 'the', 'the', 'the', 'John', 'Smith'],
+             'labels': [0, 2, 2, 2, 0, 1]}
+  out = downstream.encode('token', [example], tok, 8)
+  assert 0 < int(out['words_kept'][0]) < 5
+  predicted, gold = downstream.word_tags(out['labels'], out, [example], names)
+  assert predicted[0, 4:].tolist() == [2, 2]   # Lost: predicted 'O'.
+  assert downstream.entity_f1(out['labels'], out['labels'], names) == 1.0
+  assert downstream.entity_f1(predicted, gold, names) == pytest.approx(
+      2 * 1 * 0.5 / 1.5)
 
 
 def test_token_char_spans(tok):
