@@ -68,6 +68,7 @@ from bertjax.models import config as model_config_lib
 from bertjax.objectives import distillation
 from bertjax.objectives import electra as electra_objective
 from data_pipelines import continual as continual_lib
+from data_pipelines import instances as instances_lib
 from data_pipelines import pipeline
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -140,6 +141,15 @@ def check_family(cfg, family: str) -> None:
     raise ConversionError('scanned layers cannot be ALBERT-shared.')
   if family == 'mobilebert':
     _check_mobilebert(cfg.model)
+  if family == 'roberta' and (
+      cfg.objective.get('nsp_weight', 0)
+      or cfg.data.layout not in instances_lib.PACKED_LAYOUTS):
+    raise ConversionError(
+        f'this run trains sentence pairs (data.layout={cfg.data.layout!r}, '
+        f'objective.nsp_weight={cfg.objective.get("nsp_weight", 0)}): its '
+        "second segments are token type 1, which RoBERTa's tokenizer never "
+        'gives (and RobertaForMaskedLM has no NSP head). Export it as '
+        "family 'bert'.")
   if family == 'roberta' and cfg.model.hidden_act != 'gelu':
     raise ConversionError(
         f"RobertaForMaskedLM's head applies GELU, and this run has "
@@ -795,6 +805,13 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   cfg = run.config
   family = family or family_of(cfg)
   check_family(cfg, family)
+  epsilon = encoder_config(cfg, run.vocab_size).layer_norm_epsilon
+  if family == 'distilbert' and epsilon != 1e-12:
+    raise ConversionError(
+        f"transformers' DistilBERT has every LayerNorm at epsilon 1e-12 "
+        f'(no config field for it), and this student has {epsilon} (its '
+        "teacher's): its outputs would differ. Distill from a teacher "
+        'with model.layer_norm_epsilon=1e-12.')
   tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
   parts = ('discriminator', 'generator') if family == 'electra' else (None,)
   remote = storage.is_remote(out_dir)
@@ -980,6 +997,7 @@ def import_model(directory: str, generator_directory: str | None = None
   dims = _dims(cfg, model_cfg)
   if family == 'roberta':
     dims['pad_token_id'] = hf.get('pad_token_id', 1)
+  _check_tied(hf, state, family, part, dims)
   params = params_from_state_dict(state, family, dims, model_cfg.head_dim,
                                   padded, part)
   if hf.get(PRUNED_HEADS):
@@ -990,6 +1008,22 @@ def import_model(directory: str, generator_directory: str | None = None
   if family == 'distilbert':
     params = {'student': params}
   return Imported(family, cfg, params, vocab_size)
+
+
+def _check_tied(hf: dict, state: dict, family: str, part, dims) -> None:
+  """bertjax's MLM decoder is the word table: a checkpoint whose decoder
+  is its own (``tie_word_embeddings`` false, or other values) is refused,
+  as importing it would drop that decoder."""
+  word = next(name for name, path, _ in rules(family, dims, part)
+              if path == ('embeddings', 'word', 'embedding'))
+  for name in TIED.get((family, part), TIED.get(family, ())):
+    if hf.get('tie_word_embeddings', True) is False or (
+        name in state and not np.array_equal(state[name], state[word])):
+      raise ConversionError(
+          f'{name} is not tied to {word} (tie_word_embeddings='
+          f"{hf.get('tie_word_embeddings', True)}): bertjax's MLM decoder "
+          "is the word table, so this checkpoint's own decoder would be "
+          'lost.')
 
 
 def _pruned(params: dict, cfg, model_cfg, pruned: dict):

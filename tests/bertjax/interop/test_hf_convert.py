@@ -207,6 +207,17 @@ def test_missing_tensors_are_named(saved, tmp_path):
     hf_convert.import_model(str(directory))
 
 
+def test_an_untied_decoder_is_refused(tmp_path):
+  """bertjax's MLM decoder is the word table: a checkpoint with its own
+  would lose it on import."""
+  model_class, config_class, config = MODELS['bert']
+  torch.manual_seed(0)
+  model_class(config_class(**config, tie_word_embeddings=False)
+              ).save_pretrained(str(tmp_path))
+  with pytest.raises(hf_convert.ConversionError, match='is not tied'):
+    hf_convert.import_model(str(tmp_path))
+
+
 def test_unknown_architecture_is_refused(tmp_path):
   (tmp_path / 'config.json').write_text(
       '{"architectures": ["GPT2LMHeadModel"]}')
@@ -430,6 +441,27 @@ def test_export_never_overwrites(runs, tmp_path):
   (tmp_path / 'out').mkdir()
   with pytest.raises(hf_convert.ConversionError, match='exists'):
     hf_convert.export_run(runs['bert'], str(tmp_path / 'out'))
+
+
+def test_a_pair_run_is_not_exported_as_roberta(runs):
+  """NSP pairs' second segments are type 1, which RoBERTa never gives
+  (the demo is BERT's MLM and NSP)."""
+  cfg = runs_lib.load_run(runs['demo']).config
+  cfg.model.gelu = 'exact'
+  with pytest.raises(hf_convert.ConversionError, match='sentence pairs'):
+    hf_convert.check_family(cfg, 'roberta')
+
+
+def test_a_distilbert_student_of_another_epsilon_is_refused(runs, tmp_path,
+                                                           monkeypatch):
+  """transformers' DistilBERT fixes epsilon at 1e-12 (a RoBERTa-preset
+  teacher's 1e-5 gave logits 9e-4 apart)."""
+  encoder = hf_convert.encoder_config
+  monkeypatch.setattr(hf_convert, 'encoder_config', lambda *a: (
+      dataclasses.replace(encoder(*a), layer_norm_epsilon=1e-5)))
+  with pytest.raises(hf_convert.ConversionError, match='epsilon 1e-12'):
+    hf_convert.export_run(runs['distilbert'], str(tmp_path / 'out'))
+  assert not os.listdir(tmp_path)
 
 
 def test_tanh_gelu_run_is_not_exported_as_roberta(runs, tmp_path):
