@@ -36,7 +36,10 @@ Located = tuple[str, dict]
 
 def _read_jsonl(path: str) -> list[Located]:
   records = []
-  for number, line in enumerate(corpus_lib.read_text(path).splitlines(), 1):
+  # Lines end at line breaks only (JSON keeps U+2028 unescaped in a
+  # string); a byte-order mark (Windows editors write one) is not text.
+  text = corpus_lib.read_text(path).removeprefix('\ufeff')
+  for number, line in enumerate(corpus_lib.split_lines(text), 1):
     if not line.strip():
       continue
     where = f'{path}:{number}'
@@ -54,7 +57,8 @@ def _read_jsonl(path: str) -> list[Located]:
 
 def _read_csv(path: str) -> list[Located]:
   records = []
-  with open(path, newline='', encoding='utf-8', errors='replace') as f:
+  # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark.
+  with open(path, newline='', encoding='utf-8-sig', errors='replace') as f:
     reader = csv.DictReader(f)
     for row in reader:
       # Missing trailing cells come back as None: a missing field.

@@ -62,6 +62,23 @@ def test_load_csv_classification_and_regression(tmp_path):
   assert task.metrics == ('pearson', 'spearman')
 
 
+def test_a_byte_order_mark_and_unicode_line_separators(tmp_path):
+  """Excel's "CSV UTF-8" and Windows editors' JSONL start with a byte-order
+  mark; JSON keeps U+2028 unescaped in a string: all read as written."""
+  (tmp_path / 'a.csv').write_bytes(
+      '\ufefftext,label\ngood film,pos\nbad film,neg\n'.encode())
+  task = downstream.load_files('classification', str(tmp_path / 'a.csv'),
+                               str(tmp_path / 'a.csv'))
+  assert [e['text'] for e in task.train] == ['good film', 'bad film']
+  (tmp_path / 'a.jsonl').write_text('\ufeff' + ''.join(
+      json.dumps(r, ensure_ascii=False) + '\n' for r in [
+          {'text': 'one\u2028line', 'label': 'pos'},
+          {'text': 'two', 'label': 'neg'}]), encoding='utf-8')
+  task = downstream.load_files('classification', str(tmp_path / 'a.jsonl'),
+                               str(tmp_path / 'a.jsonl'))
+  assert [e['text'] for e in task.train] == ['one\u2028line', 'two']
+
+
 def test_load_token_files(tmp_path):
   train = _jsonl(tmp_path / 'train.jsonl', [
       {'words': ['John', 'lives', 'in', 'Paris'],
