@@ -163,6 +163,21 @@ def check_family(cfg, family: str) -> None:
         "or train RoBERTa with model.gelu='exact' (the roberta preset does).")
 
 
+def _check_distilbert(m: bert_lib.BertConfig) -> None:
+  """Raises ConversionError where a student (its teacher's architecture)
+  has what transformers' DistilBERT has no place for."""
+  if m.layer_norm_epsilon != 1e-12:
+    raise ConversionError(
+        f"transformers' DistilBERT has every LayerNorm at epsilon 1e-12 "
+        f'(no config field for it), and this student has '
+        f"{m.layer_norm_epsilon} (its teacher's): its outputs would differ. "
+        'Distill from a teacher with model.layer_norm_epsilon=1e-12.')
+  if m.factorized or m.num_layer_groups:
+    raise ConversionError(
+        "transformers' DistilBERT has no factorized embedding and no shared "
+        "layers, which this student has from its (ALBERT) teacher.")
+
+
 def _check_task_embedding(m, family: str) -> None:
   """Raises ConversionError where ``family``'s class and the ``model``
   section ``m`` differ on ERNIE 2.0's task embedding: only ERNIE has a
@@ -805,13 +820,8 @@ def export_run(workdir: str, out_dir: str, step: int | None = None,
   cfg = run.config
   family = family or family_of(cfg)
   check_family(cfg, family)
-  epsilon = encoder_config(cfg, run.vocab_size).layer_norm_epsilon
-  if family == 'distilbert' and epsilon != 1e-12:
-    raise ConversionError(
-        f"transformers' DistilBERT has every LayerNorm at epsilon 1e-12 "
-        f'(no config field for it), and this student has {epsilon} (its '
-        "teacher's): its outputs would differ. Distill from a teacher "
-        'with model.layer_norm_epsilon=1e-12.')
+  if family == 'distilbert':
+    _check_distilbert(encoder_config(cfg, run.vocab_size))
   tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
   parts = ('discriminator', 'generator') if family == 'electra' else (None,)
   remote = storage.is_remote(out_dir)

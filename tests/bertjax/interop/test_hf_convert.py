@@ -452,14 +452,17 @@ def test_a_pair_run_is_not_exported_as_roberta(runs):
     hf_convert.check_family(cfg, 'roberta')
 
 
-def test_a_distilbert_student_of_another_epsilon_is_refused(runs, tmp_path,
-                                                           monkeypatch):
+@pytest.mark.parametrize('field, value, message', [
+    ('layer_norm_epsilon', 1e-5, 'epsilon 1e-12'),
+    ('num_layer_groups', 1, 'no shared layers')])
+def test_a_distilbert_student_transformers_cannot_hold_is_refused(
+    runs, tmp_path, monkeypatch, field, value, message):
   """transformers' DistilBERT fixes epsilon at 1e-12 (a RoBERTa-preset
-  teacher's 1e-5 gave logits 9e-4 apart)."""
+  teacher's 1e-5 gave logits 9e-4 apart) and has BERT's layers."""
   encoder = hf_convert.encoder_config
   monkeypatch.setattr(hf_convert, 'encoder_config', lambda *a: (
-      dataclasses.replace(encoder(*a), layer_norm_epsilon=1e-5)))
-  with pytest.raises(hf_convert.ConversionError, match='epsilon 1e-12'):
+      dataclasses.replace(encoder(*a), **{field: value})))
+  with pytest.raises(hf_convert.ConversionError, match=message):
     hf_convert.export_run(runs['distilbert'], str(tmp_path / 'out'))
   assert not os.listdir(tmp_path)
 
