@@ -175,5 +175,7 @@ def test_relu_alone_is_a_bert():
   cfg.model.hidden_act = 'relu'
   assert hf_convert.family_of(cfg) == 'bert'
   assert hf_convert.hf_config(cfg, 'bert', VOCAB)['hidden_act'] == 'relu'
+  # Without sentence pairs (which RoBERTa refuses on their own).
+  cfg.data.layout, cfg.objective.nsp_weight = 'full_sentences', 0.0
   with pytest.raises(hf_convert.ConversionError, match='hidden_act'):
     hf_convert.check_family(cfg, 'roberta')
