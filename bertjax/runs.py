@@ -61,8 +61,8 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
   if step not in available:
     raise ValueError(f'{workdir!r} has no checkpoint at step {step}; it has '
                      f'steps {available}.')
-  try:
-    checkpoint_lib.verify(os.path.join(directory, str(step)))
+  try:   # Checked against its manifest first.
+    state = checkpoint_lib.restore_as_saved(directory, step)
   except checkpoint_lib.CorruptCheckpointError as e:
     raise ValueError(f'{workdir!r} step {step} is corrupt: {e} Give an '
                      f'earlier step (available: {available}).') from e
@@ -70,6 +70,5 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
   if checkpoint_lib.is_params_only(workdir):
     meta = {'config': meta, 'vocab_size': tokenizer_lib.Tokenizer.load(
         tokenizer_path).vocab_size}
-  state = checkpoint_lib.restore_as_saved(directory, step)
   return SavedRun(workdir, step, config_lib.from_saved(meta['config']),
                   state['params'], meta['vocab_size'], tokenizer_path)

@@ -97,6 +97,8 @@ def test_a_finished_run_with_a_damaged_last_step_trains_again(
   shutil.copytree(stopped_at_12, workdir)
   cfg = _config(data_dir, total_steps=12)
   _flip_a_byte(os.path.join(workdir, 'checkpoints', '12'))
+  with pytest.raises(ValueError, match='step 12 is corrupt'):   # Export's.
+    runs.load_run(workdir)
   assert train.train_unless_finished(cfg, workdir)
   assert checkpoint.verify(os.path.join(workdir, 'checkpoints', '12'))
   assert not train.train_unless_finished(cfg, workdir)
