@@ -457,9 +457,8 @@ def check_quantized_layers(model: heads.DownstreamModel) -> None:
     return
   ids = jnp.zeros((1, 4), jnp.int32)
   problem = quantization.uncovered(
-      model.cfg.quantize_layers, quantization.weight_paths(jax.eval_shape(
-          lambda: model.init(jax.random.key(0), ids, ids, ids + 1)[
-              'params'])))
+      model.cfg.quantize_layers,
+      quantization.model_weight_paths(model, ids, ids, ids + 1))
   if problem:
     raise FinetuneError(problem)
 

@@ -144,6 +144,13 @@ def weight_paths(params) -> list[str]:
                  for path, leaf in leaves if len(leaf.shape) >= 2} - {''})
 
 
+def model_weight_paths(model: nn.Module, *inputs) -> list[str]:
+  """``weight_paths`` of ``model`` initialised on ``inputs`` (arrays or
+  shapes): from its shapes alone, a trace that allocates nothing."""
+  return weight_paths(jax.eval_shape(
+      lambda: model.init(jax.random.key(0), *inputs)['params']))
+
+
 def uncovered(pattern: str, paths: list[str]) -> str | None:
   """Why ``model.quantize_layers`` = ``pattern`` would quantize nothing of
   a model whose ``weight_paths`` are ``paths``; None if it covers one."""

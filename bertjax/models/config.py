@@ -233,12 +233,11 @@ def check_quantize(quantize: str, layers: str, errors: list[str]) -> None:
 def pretraining_weight_paths(m) -> list[str]:
   """``quantization.weight_paths`` of the pretraining model of the
   (checked) section ``m``, with every head it can have (SpanBERT's too):
-  from its shapes alone, a trace that allocates nothing."""
-  model = bert_lib.BertForPreTraining(encoder_config(m, 8, sbo_positions=1))
+  from its shapes alone."""
   ids = jnp.zeros((1, 4), jnp.int32)
-  return quantization.weight_paths(jax.eval_shape(
-      lambda: model.init(jax.random.key(0), ids, ids, ids + 1, ids[:, :1],
-                         ids[:, :1])['params']))
+  return quantization.model_weight_paths(
+      bert_lib.BertForPreTraining(encoder_config(m, 8, sbo_positions=1)),
+      ids, ids, ids + 1, ids[:, :1], ids[:, :1])
 
 
 def _check_quantized_layers(m, errors: list[str]) -> None:
