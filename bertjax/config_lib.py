@@ -660,6 +660,10 @@ def _check_optimizer(o, total_steps: int, errors: list[str]) -> None:
          errors)
   _check(o.learning_rate > 0, f'optimizer.learning_rate={o.learning_rate} '
          'must be > 0.', errors)
+  _check(o.schedule != 'constant' or not o.warmup_steps,
+         f'optimizer.warmup_steps={o.warmup_steps} with optimizer.schedule='
+         "'constant': a constant rate has no warmup; set warmup_steps=0.",
+         errors)
   _check(0 <= o.warmup_steps <= total_steps,
          f'optimizer.warmup_steps={o.warmup_steps} must be in [0, '
          f'total_steps={total_steps}].', errors)

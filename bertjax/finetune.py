@@ -227,6 +227,14 @@ def validate(cfg, check_init: bool = True) -> None:
         'be in [0, 1).')
   check(cfg.optimizer.learning_rate > 0,
         f'optimizer.learning_rate={cfg.optimizer.learning_rate} must be > 0.')
+  check(cfg.optimizer.get('schedule', 'bert_linear') in optim.SCHEDULES,
+        f'optimizer.schedule={cfg.optimizer.get("schedule")!r}; use one of '
+        f'{optim.SCHEDULES}.')
+  check(cfg.optimizer.get('schedule') != 'constant' or
+        not cfg.optimizer.warmup_proportion,
+        f'optimizer.warmup_proportion={cfg.optimizer.warmup_proportion} with '
+        "optimizer.schedule='constant': a constant rate has no warmup; set "
+        'warmup_proportion=0.')
   check(0 <= cfg.optimizer.layerwise_lr_decay <= 1,
         f'optimizer.layerwise_lr_decay={cfg.optimizer.layerwise_lr_decay} '
         'must be in [0, 1]: 0 is off, ELECTRA takes 0.8 (0.9 for large).')

@@ -55,7 +55,8 @@ OPTIMIZERS = ('bert_adamw', 'adamw', 'fairseq_adam', 'lamb')
 # parameter).
 GRAD_CLIPS = ('global', 'per_tensor')
 DECAY_MASKS = ('bert', 'all')
-SCHEDULES = ('bert_linear', 'warmup_linear', 'electra', 'spanbert', 'noam')
+SCHEDULES = ('bert_linear', 'warmup_linear', 'electra', 'spanbert', 'noam',
+             'constant')
 
 
 def bert_schedule(peak_learning_rate: float, warmup_steps: int,
@@ -133,6 +134,16 @@ def noam_schedule(peak_learning_rate: float, warmup_steps: int,
     n = jnp.asarray(t, jnp.float32) + 1.0
     return peak_learning_rate * jnp.minimum(n / w, jnp.sqrt(w / n))
   return schedule
+
+
+def constant_schedule(peak_learning_rate: float, warmup_steps: int,
+                      total_steps: int) -> optax.Schedule:
+  """The peak at every update: BertAdam's ``schedule='none'``
+  (``ConstantLR``), which TinyBERT's task_distill.py takes for its
+  intermediate-layer stage. It has no warmup (``make_schedule`` refuses
+  one)."""
+  del warmup_steps, total_steps
+  return optax.constant_schedule(peak_learning_rate)
 
 
 class ScaleByAdamNoBiasCorrectionState(NamedTuple):
@@ -264,7 +275,8 @@ _SCHEDULE_FUNCTIONS = {'bert_linear': bert_schedule,
                        'warmup_linear': warmup_linear_schedule,
                        'electra': electra_schedule,
                        'spanbert': spanbert_schedule,
-                       'noam': noam_schedule}
+                       'noam': noam_schedule,
+                       'constant': constant_schedule}
 
 
 def make_schedule(cfg) -> optax.Schedule:
@@ -275,6 +287,10 @@ def make_schedule(cfg) -> optax.Schedule:
   if o.schedule not in SCHEDULES:
     raise ValueError(f'optimizer.schedule={o.schedule!r}; use one of '
                      f'{SCHEDULES}.')
+  if o.schedule == 'constant' and o.warmup_steps:
+    raise ValueError(f'optimizer.warmup_steps={o.warmup_steps} with '
+                     "optimizer.schedule='constant': a constant rate has no "
+                     'warmup; set warmup_steps=0 or take another schedule.')
   hold = o.get('hold_steps', 0)   # Fine-tuning's sections have none.
   schedule = _SCHEDULE_FUNCTIONS[o.schedule](
       o.learning_rate, o.warmup_steps, cfg.total_steps - hold)

@@ -63,6 +63,18 @@ def test_hold_steps_hold_the_peak_then_run_the_schedule(schedule, t):
     assert got == 0.0   # The warmup starts from 0.
 
 
+def test_constant_schedule_is_the_peak_and_refuses_a_warmup():
+  s = optim.make_schedule(_cfg(schedule='constant', warmup_steps=0))
+  assert [float(s(t)) for t in (0, 1, 50, 100)] == [
+      pytest.approx(1e-3)] * 4
+  with pytest.raises(ValueError, match='constant rate has no warmup'):
+    optim.make_schedule(_cfg(schedule='constant'))   # warmup_steps=10
+  errors = []
+  config_lib._check_optimizer(  # pylint: disable=protected-access
+      _cfg(schedule='constant').optimizer, 100, errors)
+  assert any('constant rate has no warmup' in e for e in errors)
+
+
 def test_no_hold_is_the_schedule_itself():
   held = optim.make_schedule(_cfg(hold_steps=0))
   plain = optim.bert_schedule(1e-3, 10, 100)
