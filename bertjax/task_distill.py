@@ -14,22 +14,29 @@ data_augmentation.py do it:
 - ``init``: the student's pretrained encoder (a TinyBERT general
   distillation run, or any run fine-tuning reads), with a new head.
 - Stage 1, intermediate layers (``distill.intermediate_epochs`` epochs at
-  ``distill.intermediate_learning_rate``): the embedding, hidden-state and
-  attention-score losses of general distillation (objectives/tinybert.py),
-  through the learned projections, student layer m against teacher layer
-  g(m). Stage 2, prediction layer (``distill.prediction_epochs`` at
-  ``distill.prediction_learning_rate``): soft cross-entropy between the
-  heads' logits at ``distill.temperature`` (regression: their squared
-  error, as the code's STS-B branch). Each stage is one run of the script
-  in the reference (a fresh BertAdam each); here two phases of one command,
-  ``WORKDIR/intermediate`` and ``WORKDIR/prediction``, each checkpointed
-  and resumed like fine-tuning, the second starting from the first's
-  student.
+  ``distill.intermediate_learning_rate``, constant as the reference's
+  BertAdam ``schedule='none'``; ``distill.intermediate_schedule``): the
+  embedding, hidden-state and attention-score losses of general
+  distillation (objectives/tinybert.py), through the learned projections,
+  student layer m against teacher layer g(m). Stage 2, prediction layer
+  (``distill.prediction_epochs`` at ``distill.prediction_learning_rate``,
+  warmup then linear decay;
+  ``distill.prediction_schedule``): soft cross-entropy between the
+  heads' logits at ``distill.temperature`` (regression: the student's
+  squared error against the gold scores, as the code's STS-B branch).
+  Each stage is one run of the script in the reference (a fresh BertAdam
+  each); here two phases of one command, ``WORKDIR/intermediate`` and
+  ``WORKDIR/prediction``, each checkpointed and resumed like fine-tuning,
+  the second starting from the first's student. The first starts the
+  projections from a general TinyBERT ``init``'s where they fit, as the
+  code's task student loads ``fit_dense`` with the encoder.
 - Augmentation (``augment.copies`` > 0): each training example also
   appears as ``copies`` rewrites in which each word, with probability
   ``augment.replace_prob``, is replaced by one of the ``augment.candidates``
   most likely words of a BERT MLM (``augment.mlm`` : the teacher's
-  pretraining run by default) at that word's position masked. Words are
+  pretraining run by default) at that word's position masked, with the
+  text again as segment B (``MaskedLM.row``); a pair's texts in turn
+  (``augment_examples``). Words are
   the reference's: split at punctuation as BERT's basic tokenizer does,
   letters a-z only, never one of its English stop words (``not`` stays
   ``not``). The paper takes MLM candidates for single-piece words and
@@ -100,10 +107,10 @@ def base_config() -> ml_collections.ConfigDict:
   1: 10 epochs at 5e-5; stage 2: 3 epochs at 3e-5; temperature 1) and
   data_augmentation.py's (20 copies, p 0.4, 15 candidates; off)."""
   c = finetune.base_config()
-  # BertAdam: each gradient tensor clipped to norm 1, warmup then linear
-  # decay to 0.
+  # BertAdam: each gradient tensor clipped to norm 1. Each stage has its
+  # own rate and schedule (distill.*).
   c.optimizer.grad_clip = 'per_tensor'
-  c.optimizer.schedule = 'warmup_linear'
+  del c.optimizer['schedule']
   c.teacher = ''                  # A fine-tuning run's workdir.
   c.distill = tinybert.defaults()
   del c.distill['teacher_workdir'], c.distill['intermediate_steps']
@@ -112,6 +119,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.distill.prediction_epochs = 3.0
   c.distill.intermediate_learning_rate = 5e-5
   c.distill.prediction_learning_rate = 3e-5
+  # task_distill.py's BertAdam: schedule 'none' (a constant rate, no
+  # warmup) unless --pred_distill, then warmup then linear decay to 0.
+  c.distill.intermediate_schedule = 'constant'
+  c.distill.prediction_schedule = 'warmup_linear'
   c.augment = ml_collections.ConfigDict()
   c.augment.copies = 0            # Rewrites per example; 0 = none (20).
   c.augment.replace_prob = 0.4
@@ -140,6 +151,9 @@ def validate(cfg) -> None:
     if d[f'{stage}_epochs'] < 0 or d[f'{stage}_learning_rate'] <= 0:
       errors.append(f'distill.{stage}_epochs must be >= 0 and '
                     f'distill.{stage}_learning_rate > 0.')
+    if d[f'{stage}_schedule'] not in optim.SCHEDULES:
+      errors.append(f'distill.{stage}_schedule={d[f"{stage}_schedule"]!r}; '
+                    f'use one of {optim.SCHEDULES}.')
   if not d.intermediate_epochs + d.prediction_epochs:
     errors.append('distill.intermediate_epochs and prediction_epochs are '
                   'both 0: nothing would train (TinyBERT: 10 and 3).')
@@ -272,26 +286,57 @@ class MaskedLM:
     params = hf_convert.unscanned(run.params, model_cfg.num_layers)
     params = {k: v for k, v in params.items() if k not in ('pooler', 'nsp')}
     model = bert_lib.BertForPreTraining(model_cfg)
-    self.length = min(max_seq_length, model_cfg.max_position_embeddings)
+    limit = model_cfg.max_position_embeddings
+    # A text's first ``window`` pieces are rewritten (the student reads no
+    # more); a row holds them masked and, as segment B, the text again.
+    self.window = min(max_seq_length, limit) - 2
+    self.length = min(2 * max_seq_length, limit)
+    self.segments = model_cfg.type_vocab_size >= 2
     self.tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
-    self._logits = jax.jit(lambda ids, mask, pos: model.apply(
-        {'params': params}, ids, jnp.zeros_like(ids), mask, pos[:, None],
+    self._logits = jax.jit(lambda ids, types, mask, pos: model.apply(
+        {'params': params}, ids, types, mask, pos[:, None],
         jnp.zeros_like(pos[:, None]))['mlm_logits'][:, 0])
 
-  def top_words(self, rows: np.ndarray, positions: np.ndarray, k: int,
+  def row(self, ids: np.ndarray, start: int) -> tuple[np.ndarray,
+                                                     np.ndarray]:
+    """(ids, token types), each [length]: data_augmentation.py's
+    ``_masked_language_model`` input for the word at ``start`` (<
+    ``window``): ``[CLS] text-with-it-masked [SEP] text [SEP]``, segment 0
+    then 1 (0 throughout for a run without segments), cut to fit."""
+    first = ids[:self.window].copy()
+    first[start] = tokenizer_lib.MASK_ID
+    second = ids[:max(self.length - len(first) - 3, 0)]
+    pieces = np.concatenate([[tokenizer_lib.CLS_ID], first,
+                             [tokenizer_lib.SEP_ID], second,
+                             [tokenizer_lib.SEP_ID]])[:self.length]
+    row = np.zeros(self.length, np.int32)
+    types = np.zeros(self.length, np.int32)
+    row[:len(pieces)] = pieces
+    if self.segments:
+      types[len(first) + 2:len(pieces)] = 1
+    return row, types
+
+  def top_words(self, rows: np.ndarray, types: np.ndarray,
+                positions: np.ndarray, k: int,
                 batch_size: int) -> np.ndarray:
-    """[N, k] ids: the k most likely word-start pieces (no specials) at
-    ``positions`` of ``rows`` ([N, L], [CLS] ... [SEP], the position
-    masked)."""
+    """[N, k] ids: the k most likely word-start pieces (no specials, and
+    not the bare word start, which would delete the word) at
+    ``positions`` of ``rows`` ([N, L] with their token ``types``, the
+    position masked: ``row``)."""
     allowed = self.tokenizer.word_start_table.copy()
     allowed[:tokenizer_lib.NUM_SPECIAL] = False
+    allowed &= [self.tokenizer.id_to_piece(i) != '\u2581'
+                for i in range(len(allowed))]
     out = []
     for start in range(0, len(rows), batch_size):
       ids = np.zeros((batch_size, rows.shape[1]), np.int32)
+      segments = np.zeros_like(ids)
       pos = np.zeros((batch_size,), np.int32)
       n = min(batch_size, len(rows) - start)
       ids[:n], pos[:n] = rows[start:start + n], positions[start:start + n]
-      logits = np.array(self._logits(ids, (ids > 0).astype(np.int32), pos))
+      segments[:n] = types[start:start + n]
+      logits = np.array(self._logits(ids, segments,
+                                     (ids > 0).astype(np.int32), pos))
       logits = logits[:n, :len(allowed)]
       logits[:, ~allowed] = -np.inf
       out.append(np.argsort(-logits, axis=1, kind='stable')[:, :k])
@@ -309,21 +354,18 @@ def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
   given."""
   tok = mlm.tokenizer
   encoded = tok.encode(texts)
-  window = mlm.length - 2   # The MLM sees the text's first pieces only.
   chosen = [rewritable_words(ids, tok) for ids in encoded]
-  rows, positions, owners = [], [], []
+  rows, types, positions, owners = [], [], [], []
   for t, ids in enumerate(encoded):
     for start in chosen[t]:
-      if start < window:
-        seen = ids[:window]
-        row = np.zeros(mlm.length, np.int32)
-        row[0], row[1:len(seen) + 1], row[len(seen) + 1] = (
-            tokenizer_lib.CLS_ID, seen, tokenizer_lib.SEP_ID)
-        row[start + 1] = tokenizer_lib.MASK_ID
+      if start < mlm.window:
+        row, segments = mlm.row(ids, start)
         rows.append(row)
+        types.append(segments)
         positions.append(start + 1)
         owners.append((t, start))
   top = mlm.top_words(np.asarray(rows).reshape(-1, mlm.length),
+                      np.asarray(types).reshape(-1, mlm.length),
                       np.asarray(positions, np.int32), candidates, batch_size)
   options = {owner: top[i] for i, owner in enumerate(owners)}
   out = []
@@ -343,10 +385,12 @@ def augment_texts(texts: list[str], mlm: MaskedLM, copies: int,
 
 def augment_examples(cfg, examples: list[dict], mlm: MaskedLM
                      ) -> list[dict]:
-  """The examples, each followed by its distinct rewrites, at most
-  ``cfg.augment.copies`` (both texts of a pair rewritten; labels kept): a
+  """The examples, each followed by its distinct rewrites (labels kept): a
   rewrite equal to the example or to an earlier one is dropped, as
-  data_augmentation.py's ``augment`` keeps only new sentences."""
+  data_augmentation.py's ``augment`` keeps only new sentences. A pair's
+  texts are rewritten in turn, ``cfg.augment.copies`` of each with the
+  other as given, as its ``augment_ids`` loop (which leaves the first text
+  at its last rewrite while it rewrites the second: not reproduced)."""
   a = cfg.augment
   rng = np.random.default_rng([cfg.seed, _AUGMENT_KEY])
   fields = ['text'] + (['text_pair'] if any(e.get('text_pair')
@@ -358,15 +402,13 @@ def augment_examples(cfg, examples: list[dict], mlm: MaskedLM
   for i, example in enumerate(examples):
     out.append(example)
     seen = {tuple(example.get(f) for f in fields)}
-    for c in range(a.copies):
-      new = dict(example)
-      for f in fields:
-        if example.get(f):
-          new[f] = rewritten[f][i][c]
-      texts = tuple(new.get(f) for f in fields)
-      if texts not in seen:
-        seen.add(texts)
-        out.append(new)
+    for f in fields:
+      for c in range(a.copies if example.get(f) else 0):
+        new = dict(example, **{f: rewritten[f][i][c]})
+        texts = tuple(new.get(f) for f in fields)
+        if texts not in seen:
+          seen.add(texts)
+          out.append(new)
   return out
 
 
@@ -381,12 +423,14 @@ def make_steps(cfg, stage: str, student: heads.DownstreamModel,
   'projection', 'teacher'}``, the optimizer over the first two only;
   ``init_state(teacher_params)`` takes the teacher as an argument."""
   d = cfg.distill
+  schedule = d[f'{stage}_schedule']
+  warmup = 0 if schedule == 'constant' else round(
+      cfg.optimizer.warmup_proportion * total_steps)
   schedule_cfg = ml_collections.ConfigDict({
       'total_steps': total_steps,
-      'optimizer': dict(cfg.optimizer.to_dict(),
+      'optimizer': dict(cfg.optimizer.to_dict(), schedule=schedule,
                         learning_rate=d[f'{stage}_learning_rate'],
-                        warmup_steps=round(cfg.optimizer.warmup_proportion *
-                                           total_steps))})
+                        warmup_steps=warmup)})
   tx, schedule = optim.make_optimizer(schedule_cfg)
   root = jax.random.key(cfg.seed)
   dropout_root = jax.random.fold_in(root, 2)
@@ -421,7 +465,8 @@ def make_steps(cfg, stage: str, student: heads.DownstreamModel,
                       deterministic=False, rngs={'dropout': key})
     t = teacher.apply({'params': jax.lax.stop_gradient(teacher_params)},
                       *inputs)
-    return prediction_loss(student.kind, s, t, d.temperature), {}
+    return prediction_loss(student.kind, s, t, batch['label'],
+                           d.temperature), {}
 
   def train_step(state, batch):
     trained = {k: state.params[k] for k in ('student', 'projection')}
@@ -462,12 +507,14 @@ def stage_reads(stage: str, trained: dict) -> dict:
       if stage == 'intermediate' else k[0] == 'student' for k in flat})
 
 
-def prediction_loss(kind: str, student_logits, teacher_logits,
+def prediction_loss(kind: str, student_logits, teacher_logits, labels,
                     temperature: float) -> jax.Array:
   """Stage 2: soft cross-entropy of the student's logits against the
-  teacher's at ``temperature`` (regression: their mean squared error)."""
+  teacher's at ``temperature``; regression: the squared error of the
+  student's score against the gold ``labels`` (the code's ``loss_mse(
+  student_logits, label_ids)``: its teacher has no part there)."""
   if kind == 'regression':
-    return tinybert.mse(student_logits, teacher_logits)
+    return tinybert.mse(student_logits[:, 0], labels)
   weights = jnp.ones(student_logits.shape[0], jnp.float32)
   return tinybert.soft_cross_entropy(student_logits, teacher_logits, weights,
                                      temperature)[0]
@@ -644,5 +691,37 @@ def _restore_or_init(ckpt, steps, compiled, place, boxed, student_run,
     params['student'] = finetune.load_encoder(
         params['student'], compiled.abstract_state.params['student'],
         student_run.params)
+    params['projection'] = _general_projection(
+        student_run, params['projection'],
+        compiled.abstract_state.params['projection'])
   return state.replace(params=params)
+
+
+def _general_projection(student_run: finetune.Pretrained, fresh: dict,
+                        abstract: dict) -> dict:
+  """The projections of the general distillation run the student comes
+  from, where they fit this teacher (its width, ``share_projection``): the
+  code's task student loads that run's ``fit_dense`` with its encoder.
+  Else ``fresh`` (saying why, for a TinyBERT run)."""
+  if student_run.objective != tinybert.NAME or storage.isfile(
+      os.path.join(student_run.workdir, finetune.MULTITASK_META)):
+    return fresh
+  saved = runs.load_run(student_run.workdir, student_run.step).params
+  shapes = {k: v.shape for k, v in
+            flax.traverse_util.flatten_dict(abstract).items()}
+  theirs = {k: v.shape for k, v in flax.traverse_util.flatten_dict(
+      saved.get('projection', {})).items()}
+  if theirs != shapes:
+    _say(f'init={student_run.workdir!r}: its projections '
+         f'({_shapes(theirs)}) do not fit this teacher\'s '
+         f'({_shapes(shapes)}: its width and distill.share_projection); '
+         'they start fresh.')
+    return fresh
+  _say(f'the projections start from init={student_run.workdir!r}\'s')
+  return finetune.load_encoder(fresh, abstract, saved['projection'])
+
+
+def _shapes(shapes: dict) -> str:
+  return ', '.join(f'{"/".join(k)} {list(v)}'
+                   for k, v in sorted(shapes.items()))
 

@@ -105,30 +105,101 @@ def test_mlm_rewrites_replace_the_references_words_only(pretrained):
   assert len({r['text'] for r in rows}) == len(rows) > 2
 
 
-def test_prediction_loss_is_soft_cross_entropy_or_squared_error():
+def test_the_mlm_sees_the_text_again_as_segment_b(pretrained):
+  # data_augmentation.py's _masked_language_model: [CLS] masked [SEP]
+  # text [SEP], types 0 then 1; cut to fit the row.
+  mlm = task_distill.MaskedLM(pretrained, 8)
+  assert (mlm.window, mlm.length, mlm.segments) == (6, 16, True)
+  ids = np.arange(10, 19, dtype=np.int32)   # 9 pieces.
+  row, types = mlm.row(ids, 2)
+  cls, sep, mask = 2, 3, 4
+  assert row.tolist() == [cls, 10, 11, mask, 13, 14, 15, sep,
+                          10, 11, 12, 13, 14, 15, 16, sep]
+  assert types.tolist() == [0] * 8 + [1] * 8
+  row, types = mlm.row(ids[:3], 0)
+  assert row.tolist() == [cls, mask, 11, 12, sep, 10, 11, 12, sep] + [0] * 7
+  assert types.tolist() == [0] * 5 + [1] * 4 + [0] * 7
+
+
+def test_a_pairs_texts_are_rewritten_in_turn(pretrained):
+  # The reference's augment_ids loop: each text of a pair rewritten with
+  # the other as given.
+  mlm = task_distill.MaskedLM(pretrained, 16)
+  cfg = task_distill.base_config()
+  a = cfg.augment
+  a.copies, a.replace_prob, a.candidates, a.batch_size = 3, 1.0, 3, 4
+  example = {'text': 'the module returns a string',
+             'text_pair': 'the value is not used', 'label': 1}
+  rows = task_distill.augment_examples(cfg, [example], mlm)
+  assert rows[0] == example
+  firsts = [r for r in rows[1:] if r['text_pair'] == example['text_pair']]
+  seconds = [r for r in rows[1:] if r['text'] == example['text']]
+  assert firsts and seconds
+  assert len(firsts) + len(seconds) == len(rows) - 1 <= 6
+  assert all(r['label'] == 1 for r in rows)
+  # Every candidate is a word: none deletes the word it replaces.
+  for r in rows:
+    assert len(r['text'].split()) == 5 and len(r['text_pair'].split()) == 5
+
+
+def test_a_general_runs_projections_start_stage_one(monkeypatch):
+  # The code's task student loads the general run's fit_dense with its
+  # encoder; one that does not fit the teacher's width starts fresh.
+  fresh = {'hidden': {'kernel': np.zeros((4, 6), np.float32),
+                      'bias': np.zeros((6,), np.float32)}}
+  one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  abstract = jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), fresh)
+  general = {'hidden': {'kernel': np.ones((4, 6), np.float32),
+                        'bias': np.full((6,), 2.0, np.float32)}}
+  saved = {'projection': general}
+  monkeypatch.setattr(task_distill.runs, 'load_run', lambda w, s: (
+      dataclasses.make_dataclass('Run', ['params'])(saved)))
+
+  def start(objective):
+    run = task_distill.finetune.Pretrained('gen', 7, objective, None, {},
+                                           None)
+    return task_distill._general_projection(  # pylint: disable=protected-access
+        run, fresh, abstract)
+
+  got = start('tinybert')
+  np.testing.assert_array_equal(got['hidden']['kernel'], 1.0)
+  np.testing.assert_array_equal(got['hidden']['bias'], 2.0)
+  assert start('bert') is fresh
+  saved['projection'] = {'hidden': {'kernel': np.ones((4, 8), np.float32),
+                                    'bias': np.ones((8,), np.float32)}}
+  assert start('tinybert') is fresh   # Another teacher width.
+
+
+def test_prediction_loss_is_soft_cross_entropy_or_error_to_the_gold():
   s = jnp.array([[1.0, 2.0, 0.5], [0.0, -1.0, 1.0]])
   t = jnp.array([[2.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
   p = np.exp(np.asarray(t) / 2)
   p /= p.sum(-1, keepdims=True)
   log_q = np.asarray(s) / 2 - np.log(np.exp(np.asarray(s) / 2).sum(
       -1, keepdims=True))
-  assert float(task_distill.prediction_loss('classification', s, t, 2.0)
+  labels = jnp.array([4.0, 1.0])
+  assert float(task_distill.prediction_loss('classification', s, t, labels,
+                                            2.0)
                ) == pytest.approx(-(p * log_q).sum(-1).mean(), rel=1e-5)
+  # Regression: the gold score, not the teacher's (task_distill.py's
+  # loss_mse(student_logits, label_ids)).
   assert float(task_distill.prediction_loss('regression', s[:, :1], t[:, :1],
-                                            2.0)) == pytest.approx(
-                                                ((1 - 2) ** 2 + 1) / 2)
+                                            labels, 2.0)) == pytest.approx(
+                                                ((1 - 4) ** 2 + 1) / 2)
 
 
 def test_bad_configs_fail_before_any_work(pretrained, tasks, teacher,
                                           tmp_path):
   cfg = _config(pretrained, tasks, str(tmp_path), **{
       'distill.temperature': 0.0, 'augment.replace_prob': 2.0,
-      'mode': 'frozen', 'optimizer.layerwise_lr_decay': 0.8})
+      'mode': 'frozen', 'optimizer.layerwise_lr_decay': 0.8,
+      'distill.prediction_schedule': 'cosine'})
   with pytest.raises(task_distill.DistillError) as e:
     task_distill.distill_task(cfg, str(tmp_path / 'out'))
   for part in ('has no finetune_meta.json', 'distill.temperature=0.0',
                "mode='frozen'", 'replace_prob in [0, 1]',
-               'layerwise_lr_decay=0.8'):
+               'layerwise_lr_decay=0.8', "prediction_schedule='cosine'"):
     assert part in str(e.value)
   other = _config(pretrained, tasks, teacher, **{'task.kind': 'regression',
                                                   'task.train_path':
@@ -214,13 +285,57 @@ def test_preset_is_task_distill_pys():
           d.prediction_epochs, d.prediction_learning_rate,
           d.temperature) == (10.0, 5e-5, 3.0, 3e-5, 1.0)
   assert (a.copies, a.replace_prob, a.candidates) == (20, 0.4, 15)
-  assert (c.batch_size, o.name, o.schedule, o.grad_clip, o.weight_decay,
-          o.warmup_proportion) == (32, 'bert_adamw', 'warmup_linear',
-                                   'per_tensor', 0.01, 0.1)
+  assert (d.intermediate_schedule, d.prediction_schedule) == (
+      'constant', 'warmup_linear')   # BertAdam: 'none' w/o --pred_distill.
+  assert (c.batch_size, o.name, o.grad_clip, o.weight_decay,
+          o.warmup_proportion) == (32, 'bert_adamw', 'per_tensor', 0.01,
+                                   0.1)
   demo = preset_helpers.load_preset('task_distill')
   assert (demo.task.name, demo.augment.copies) == ('embedded', 0)
   with pytest.raises(ValueError, match='augment='):
     preset_helpers.load_preset('task_distill', 'augment=yes')
+
+
+def _tiny_stage(stage, cfg=None):
+  """``stage``'s steps for a 1-layer student of a 2-layer teacher, its
+  initial state and a batch of 2 x 8 tokens."""
+  teacher_cfg = test_finetune.SMALL
+  student_cfg = dataclasses.replace(teacher_cfg, num_layers=1)
+  teacher = heads.DownstreamModel(teacher_cfg, 'classification', 2)
+  student = heads.DownstreamModel(student_cfg, 'classification', 2)
+  mapping, problems = tinybert.pair(student_cfg, teacher_cfg, (), 1.0)
+  assert not problems
+  if cfg is None:
+    cfg = task_distill.base_config()
+    cfg.optimizer.warmup_proportion = 0.0   # A full step from the first.
+  cfg.max_seq_length = 8
+  steps = task_distill.make_steps(cfg, stage, student, teacher, 10, mapping)
+  ids = jnp.arange(16, dtype=jnp.int32).reshape(2, 8) % 100 + 5
+  teacher_params = teacher.init(jax.random.key(1), ids, ids * 0,
+                                ids * 0 + 1)['params']
+  state = jax.jit(lambda t: sharding.strip_boxes(steps.init_state(t)))(
+      teacher_params)   # As the run's state is born: unboxed.
+  batch = {'input_ids': ids, 'token_type_ids': ids * 0,
+           'attention_mask': ids * 0 + 1, 'label': jnp.array([0, 1])}
+  return steps, state, batch
+
+
+def test_each_stage_runs_at_the_references_schedule():
+  # task_distill.py's BertAdam: 'none' (constant, no warmup) in stage 1,
+  # warmup_linear in stage 2; here over 10 updates with 20% warmup.
+  rates = {}
+  for stage in task_distill.STAGES:
+    cfg = task_distill.base_config()
+    cfg.optimizer.warmup_proportion = 0.2
+    steps, state, batch = _tiny_stage(stage, cfg)
+    step = jax.jit(steps.train_step)
+    rates[stage] = []
+    for _ in range(4):
+      state, metrics = step(state, batch)
+      rates[stage].append(float(metrics['learning_rate']))
+  np.testing.assert_allclose(rates['intermediate'], [5e-5] * 4, rtol=1e-6)
+  np.testing.assert_allclose(rates['prediction'],
+                             [0.0, 1.5e-5, 3e-5, 3e-5 * 7 / 8], rtol=1e-6)
 
 
 @pytest.mark.parametrize('stage, unread', [
@@ -229,23 +344,7 @@ def test_preset_is_task_distill_pys():
 def test_a_stage_leaves_what_its_loss_does_not_read(stage, unread):
   # No update and no weight decay where the stage's loss has no gradient,
   # as TinyBERT's BertAdam skips a parameter without one.
-  teacher_cfg = test_finetune.SMALL
-  student_cfg = dataclasses.replace(teacher_cfg, num_layers=1)
-  teacher = heads.DownstreamModel(teacher_cfg, 'classification', 2)
-  student = heads.DownstreamModel(student_cfg, 'classification', 2)
-  mapping, problems = tinybert.pair(student_cfg, teacher_cfg, (), 1.0)
-  assert not problems
-  cfg = task_distill.base_config()
-  cfg.max_seq_length = 8
-  cfg.optimizer.warmup_proportion = 0.0   # A full step from the first.
-  steps = task_distill.make_steps(cfg, stage, student, teacher, 10, mapping)
-  ids = jnp.arange(16, dtype=jnp.int32).reshape(2, 8) % 100 + 5
-  teacher_params = teacher.init(jax.random.key(1), ids, ids * 0,
-                                ids * 0 + 1)['params']
-  state = jax.jit(lambda t: sharding.strip_boxes(steps.init_state(t)))(
-      teacher_params)   # As the run's state is born: unboxed.
-  batch = {'input_ids': ids, 'token_type_ids': ids * 0,
-           'attention_mask': ids * 0 + 1}
+  steps, state, batch = _tiny_stage(stage)
   new, _ = jax.jit(steps.train_step)(state, batch)
   before = flax.traverse_util.flatten_dict(state.params)
   after = flax.traverse_util.flatten_dict(new.params)
