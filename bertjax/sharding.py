@@ -140,6 +140,21 @@ def process_batch_rows(batch_sh: NamedSharding, batch_size: int
   return np.asarray(sorted(rows), np.int64)
 
 
+def rows_counted_here(batch_sh: NamedSharding, batch_size: int
+                      ) -> np.ndarray:
+  """bool [len(process_batch_rows)]: which of this process's rows it counts
+  toward a total over processes: those no lower-numbered process holds
+  too. Processes whose devices differ only along a non-batch axis (tensor
+  parallelism across hosts) read the same rows; each row counts once."""
+  first = {}
+  for device, index in batch_sh.devices_indices_map((batch_size,)).items():
+    for row in range(batch_size)[index[0]]:
+      first[row] = min(first.get(row, device.process_index),
+                       device.process_index)
+  return np.asarray([first[row] == jax.process_index() for row in
+                     process_batch_rows(batch_sh, batch_size)], bool)
+
+
 def make_global_batch(local: dict, batch_sh: NamedSharding,
                       batch_size: int) -> dict:
   """One global ``jax.Array`` per feature from this process's rows.

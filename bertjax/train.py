@@ -306,6 +306,8 @@ class Placement(NamedTuple):
   batch_sh: jax.sharding.NamedSharding   # A [batch, ...] array's sharding.
   rows: np.ndarray            # [rows] int64: the global batch's rows that
                               # this process's devices hold (and it reads).
+  counted: np.ndarray         # [rows] bool: those it counts in totals over
+                              # processes (each row on one process).
 
 
 def make_placement(cfg) -> Placement:
@@ -316,7 +318,8 @@ def make_placement(cfg) -> Placement:
   batch_sh = sharding.batch_sharding(mesh)
   sharding.check_batch_divisible(cfg.batch_size, mesh)
   return Placement(mesh, rules, batch_sh,
-                   sharding.process_batch_rows(batch_sh, cfg.batch_size))
+                   sharding.process_batch_rows(batch_sh, cfg.batch_size),
+                   sharding.rows_counted_here(batch_sh, cfg.batch_size))
 
 
 # ---------------------------------------------------------------------------
@@ -352,7 +355,8 @@ def input_pipeline(cfg, saved_meta: dict | None, workdir: str,
         f'{pretokenize.format_skipped(prepared.skipped)} (what each count '
         'means: data_pipelines/corpus.py SKIP_COUNTERS)')
   train_iter = iter(pipeline.train_dataset(prepared, cfg, rows))
-  eval_batches = pipeline.eval_batches(prepared, cfg, rows)
+  eval_batches = pipeline.eval_batches(
+      prepared, cfg, rows, distributed.sum_over_processes)
   masking_cfg = pipeline.masking_config(cfg, prepared)
   # Every process's rows of the eval batches, so the audit (which raises
   # on every process alike) reads the global batches.
@@ -784,7 +788,8 @@ class TrainLoop:
     try:
       while not preempted and step < self.num_train_steps:
         batch = next(train_iter)
-        tokens += int(batch['attention_mask'].sum())   # This process's.
+        # This process's rows that no other process counts.
+        tokens += int(batch['attention_mask'][self._place.counted].sum())
         state, metrics = self._compiled.train_step(state,
                                                    self.to_global(batch))
         step += 1

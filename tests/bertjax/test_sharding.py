@@ -1,5 +1,6 @@
 """Mesh construction, logical rules and sharded state creation."""
 
+import collections
 import types
 
 import flax.linen as nn
@@ -118,6 +119,42 @@ def test_global_batch_from_this_process_rows():
   assert out['ids'].sharding == batch_sh
   np.testing.assert_array_equal(out['ids'], local['ids'])
   np.testing.assert_array_equal(out['w'], local['w'])
+
+
+class _FakeBatchSharding:
+  """A batch sharding over 4 devices, 2 per process: device ``i`` holds
+  ``index[i]`` of the rows; ``process`` is the one reading."""
+  Device = collections.namedtuple('Device', 'id process_index')
+
+  def __init__(self, index, process):
+    self._map = {self.Device(i, i // 2): (s,) for i, s in enumerate(index)}
+    self._process = process
+
+  def devices_indices_map(self, shape):
+    del shape
+    return self._map
+
+  def addressable_devices_indices_map(self, shape):
+    del shape
+    return {d: s for d, s in self._map.items()
+            if d.process_index == self._process}
+
+
+@pytest.mark.parametrize('index, counted', [
+    # Batch axes across processes: each reads and counts its own rows.
+    ((slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)),
+     {0: [True] * 4, 1: [True] * 4}),
+    # A tensor axis across processes: both read rows 0-7; process 0
+    # counts them.
+    ((slice(0, 4), slice(4, 8), slice(0, 4), slice(4, 8)),
+     {0: [True] * 8, 1: [False] * 8}),
+])
+def test_a_row_read_by_several_processes_counts_once(monkeypatch, index,
+                                                     counted):
+  for process in (0, 1):
+    monkeypatch.setattr(jax, 'process_index', lambda p=process: p)
+    sh = _FakeBatchSharding(index, process)
+    assert sharding.rows_counted_here(sh, 8).tolist() == counted[process]
 
 
 def test_batch_must_split_over_the_batch_axes():
