@@ -253,8 +253,8 @@ def train_dataset(prepared: Prepared, cfg, rows: np.ndarray | None = None
   return ds
 
 
-def eval_batches(prepared: Prepared, cfg, rows: np.ndarray | None = None
-                 ) -> list[dict]:
+def eval_batches(prepared: Prepared, cfg, rows: np.ndarray | None = None,
+                 sum_over_processes=None) -> list[dict]:
   """The fixed held-out batches: epoch 0 of the eval split, masked once.
 
   At most ``eval.num_batches`` global batches; fewer when the split is small.
@@ -262,7 +262,10 @@ def eval_batches(prepared: Prepared, cfg, rows: np.ndarray | None = None
   mixture of the components' (endless) eval splits. For a continual run,
   those of each stream in turn, so each task is measured on its own. Each
   task's ``check_data`` runs on its stream's batches (before anything is
-  compiled).
+  compiled); with ``rows`` of a multi-host run, pass
+  ``sum_over_processes`` (bertjax.runtime.distributed's) so it fails only
+  on data no process's rows can teach from, and then on every process
+  (``check_task_data``).
   """
   out = []
   for spec in continual_lib.streams(cfg):
@@ -272,9 +275,27 @@ def eval_batches(prepared: Prepared, cfg, rows: np.ndarray | None = None
     for name in spec.tasks:   # Data that cannot teach a task fails here.
       check_data = tasks_lib.get(name).check_data
       if check_data is not None:
-        check_data(batches)
+        check_task_data(check_data, batches, sum_over_processes)
     out.extend(batches)
   return out
+
+
+def check_task_data(check_data, batches: list[dict],
+                    sum_over_processes=None) -> None:
+  """``check_data(batches)``; with ``sum_over_processes`` (each process
+  holding its rows of the batches: a collective, every process calls it)
+  the data fails only when every process's rows fail, and then every
+  process raises, so none waits on the others at the next collective."""
+  try:
+    check_data(batches)
+    error = None
+  except pretokenize.DataError as e:
+    error = e
+  passed = np.array([error is None], np.float64)
+  if sum_over_processes is not None:
+    passed = sum_over_processes(passed)
+  if not passed[0]:   # Then no process passed, this one included.
+    raise error
 
 
 def batch_spec(cfg, num_rows: int | None = None) -> dict:

@@ -8,6 +8,7 @@ import pytest
 from bertjax import config_lib
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import instances
+from data_pipelines import pipeline
 from data_pipelines import pretokenize
 from data_pipelines import shards
 from data_pipelines import tasks
@@ -183,6 +184,21 @@ def test_check_has_case(batch):
                      match='capitalization prediction on a lower-cased '
                      'corpus.*tasks.capitalization.weight=0'):
     capitalization.check_has_case([lower])
+
+
+def test_a_multi_host_check_fails_only_where_no_host_has_case(batch):
+  # Each process checks its rows of the eval batches; a process whose rows
+  # hold no capitalized word must not fail alone (the others would wait
+  # on it at the next collective), and with none, every one fails.
+  lower = dict(batch, capitalized=np.zeros_like(batch['capitalized']))
+  check = capitalization.check_has_case
+  other_passed = lambda passed: passed + 1   # One more process, whose
+  other_failed = lambda passed: passed       # rows pass / fail.
+  pipeline.check_task_data(check, [lower], other_passed)
+  pipeline.check_task_data(check, [batch], other_failed)
+  for total in (other_failed, None):
+    with pytest.raises(pretokenize.DataError, match='lower-cased'):
+      pipeline.check_task_data(check, [lower], total)
 
 
 def test_the_task_is_registered():
