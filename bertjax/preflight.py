@@ -309,13 +309,13 @@ def preflight(cfg, accelerator: str, num_slices: int = 1) -> dict:
   config_lib.validate(cfg)
   chip, devices = slice_devices(accelerator, num_slices)
   replicas = cfg.sharding.replicas
-  if num_slices > 1 and replicas not in (1, num_slices):
+  if num_slices > 1 and replicas != num_slices:
+    # The trainer refuses it on the pod (sharding._granules).
     raise PreflightError(f'sharding.replicas={replicas} with '
                          f'--num_slices={num_slices}: the replica axis spans '
-                         'the slices; leave it at 1 or set it to '
-                         f'{num_slices}.')
-  mesh = sharding.make_mesh(cfg.sharding.mesh_shape,
-                            max(replicas, num_slices), devices)
+                         'the slices, one each; set '
+                         f'--config.sharding.replicas={num_slices}.')
+  mesh = sharding.make_mesh(cfg.sharding.mesh_shape, replicas, devices)
   rules = sharding.logical_rules(cfg)
   batch_sh = sharding.batch_sharding(mesh)
   sharding.check_batch_divisible(cfg.batch_size, mesh)

@@ -54,7 +54,12 @@ def test_a_tiny_config_compiles_for_a_slice(accelerator, kind, devices):
 
 
 def test_two_slices_put_the_replica_axis_across_them():
-  report = preflight.preflight(_config(), 'v5e-4', num_slices=2)
+  # As the trainer on the pod: one replica per slice, else refused.
+  with pytest.raises(preflight.PreflightError,
+                     match='set --config.sharding.replicas=2'):
+    preflight.preflight(_config(), 'v5e-4', num_slices=2)
+  report = preflight.preflight(_config(**{'sharding.replicas': 2}), 'v5e-4',
+                               num_slices=2)
   assert report['devices'] == 8
   assert report['mesh'] == {'replica': 2, 'data': 4, 'fsdp': 1, 'tensor': 1}
   # The gradients cross the data-center network between the slices
