@@ -32,7 +32,7 @@ GPUs: under Adam it changes only how large epsilon and the clipping norm
 are against the gradient. Tokens of a span past its 15th have no SBO
 target in SpanBERT (its pairs are cut at 15); here they are predicted
 from the 15th position. Adjacent masked spans are merged into one
-boundary pair by SpanBERT, not here. A span at the first or last token of
+boundary pair and one 80/10/10 draw by SpanBERT, not here. A span at the first or last token of
 its block has no SBO target in SpanBERT (``span_masking``: ``start >
 lower_limit and end < upper_limit``); here [CLS] or [SEP] is its
 boundary. span_masking.py is this run without
