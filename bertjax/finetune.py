@@ -216,6 +216,9 @@ def validate(cfg, check_init: bool = True) -> None:
         f'adapter_size={cfg.adapter_size}; adapters need a width > 0.')
   check(cfg.batch_size > 0, f'batch_size={cfg.batch_size} must be > 0.')
   check(cfg.num_epochs > 0, f'num_epochs={cfg.num_epochs} must be > 0.')
+  check(cfg.log_every_steps > 0 and cfg.checkpoint_every_steps > 0,
+        f'log_every_steps={cfg.log_every_steps} and checkpoint_every_steps='
+        f'{cfg.checkpoint_every_steps} must be > 0.')
   check(cfg.max_seq_length >= 8,
         f'max_seq_length={cfg.max_seq_length} must be >= 8.')
   check(cfg.unfreeze_every_steps >= 0,

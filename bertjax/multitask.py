@@ -118,7 +118,8 @@ _NOT_SHARED = ('task', 'mode', 'adapter_size', 'adapter_layer_norms',
 # The config sections a resumed multi-task run must share.
 _IDENTITY = ('seed', 'init', 'init_step', 'init_weights', 'tasks', 'mixing',
              'mixing_cap', 'mixing_temperature', 'mixing_block_steps',
-             'num_steps', 'num_epochs', 'max_seq_length', 'batch_size',
+             'num_steps', 'num_epochs', 'max_seq_length', 'doc_stride',
+             'max_query_length', 'batch_size',
              'pooling', 'head_init', 'model', 'optimizer', 'loss_reduction')
 
 
@@ -266,7 +267,7 @@ def validate(cfg, check_init: bool = True) -> None:
 
 def mixing_rates(sizes: Sequence[int], mixing: str, cap: int = 0,
                  temperature: float = 1.0) -> np.ndarray:
-  """T5's mixing rates (Sec. 3.5.2) of tasks of ``sizes`` examples.
+  """T5's mixing rates (Sec. 3.5.2) of tasks of ``sizes`` training rows.
 
   ``proportional``: ``r_m = min(e_m, K) / sum_n min(e_n, K)``;
   ``temperature``: ``r_m`` proportional to ``min(e_m, K)^(1 / T)``. ``cap``
@@ -445,10 +446,8 @@ def make_steps(cfg, model: MultitaskModel, total_steps: int) -> Steps:
   """``model``'s steps with ``cfg``'s optimizer over ``total_steps`` (its
   warmup a proportion of them); task m's step updates only what it reads
   (the module docstring says why)."""
-  warmup = cfg.optimizer.warmup_proportion * total_steps
-  tx, schedule = finetune.make_optimizer(   # ELECTRA's keeps the fraction.
-      cfg, model.cfg, total_steps,
-      warmup if cfg.optimizer.schedule == 'electra' else round(warmup))
+  tx, schedule = finetune.make_optimizer(   # Fine-tuning's warmup.
+      cfg, model.cfg, total_steps, finetune.warmup_steps(cfg, total_steps))
   root_key = jax.random.key(cfg.seed)
   dropout_root = jax.random.fold_in(root_key, _DROPOUT_KEY)
 
@@ -582,8 +581,8 @@ def multitask(cfg, workdir: str) -> dict:
   data = encode_tasks(cfg, pretrained.tokenizer)
   rows = [len(d.train['input_ids']) for d in data]
   total_steps = plan_steps(cfg, rows, model_cfg.max_position_embeddings)
-  rates = mixing_rates([len(d.task.train) for d in data], cfg.mixing,
-                       cfg.mixing_cap, cfg.mixing_temperature)
+  rates = mixing_rates(rows, cfg.mixing, cfg.mixing_cap,   # Rows: as an
+                       cfg.mixing_temperature)           # epoch counts.
   sampler = TaskSampler(rates, cfg.seed,
                         cfg.mixing_block_steps or total_steps)
   task_steps = _every_task_steps(cfg, keys, sampler, total_steps)

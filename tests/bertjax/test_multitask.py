@@ -275,6 +275,8 @@ def _config(**tasks):
     (lambda c: c.update({'mixing_cap': -1}), 'mixing_cap=-1 must be >= 0'),
     (lambda c: c.update({'mixing': 'uniform'}), "mixing='uniform'; use one"),
     (lambda c: c.update({'batch_size': 0}), 'batch_size=0 must be > 0'),
+    (lambda c: c.update({'log_every_steps': 0}),
+     'log_every_steps=0 and checkpoint_every_steps=1000 must be > 0'),
     (lambda c: c.tasks.update({'x': multitask.task_config('embedded',
                                                           bogus=1)}),
      "tasks.x has no field ['bogus']"),
@@ -404,6 +406,9 @@ def test_multitask_writes_per_task_metrics_and_resumes_bitwise(
   assert all(a[k].tobytes() == b[k].tobytes() for k in a)
   with pytest.raises(multitask.MultitaskError, match='other settings'):
     _run(pretrained, tasks, workdir, mixing='temperature')
+  # A span task's windows: another stride reads other batches.
+  with pytest.raises(multitask.MultitaskError, match=r"\['doc_stride'\]"):
+    _run(pretrained, tasks, workdir, doc_stride=64)
   # 2 steps of a 1000-step block (seed 0): 'cla' would get none, and its
   # untrained head be reported; refused before anything is written.
   with pytest.raises(multitask.MultitaskError, match=r"\['cla'\] get no"):
