@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import sys
@@ -92,7 +93,11 @@ def single_config(key: str, init: str, seed: int, steps_per_task: int):
   cfg = multitask.finetune_config(load_config('mixing=proportional'), key)
   cfg.init, cfg.seed = init, seed
   task, _ = finetune.load_task(cfg)
-  cfg.num_epochs = steps_per_task / (len(task.train) // cfg.batch_size)
+  batches = len(task.train) // cfg.batch_size
+  epochs = steps_per_task / batches
+  while math.ceil(epochs * batches) > steps_per_task:   # Rounded up.
+    epochs = math.nextafter(epochs, 0.0)
+  cfg.num_epochs = epochs
   cfg.log_every_steps = 50
   cfg.checkpoint_every_steps = 100
   return cfg
@@ -112,6 +117,19 @@ class Rows:
     return any(r['arm'] == arm and r['seed'] == seed and r['task'] == task
                for r in self.rows)
 
+  def check_settings(self, init: str, steps_per_task: int) -> None:
+    """Fails unless every row was made from ``init`` with
+    ``steps_per_task`` (a row of other settings would pass for this
+    table's)."""
+    made = {(r['init'], r['steps_per_task']) for r in self.rows}
+    other = made - {(os.path.normpath(init), steps_per_task)}
+    if other:
+      raise SystemExit(
+          f'{self.path} holds rows made with (--init, --steps_per_task) '
+          f'{sorted(other)}; this table asks for '
+          f'{(os.path.normpath(init), steps_per_task)}: give those settings, '
+          'or another --results.')
+
   def add(self, rows: list[dict]) -> None:
     with open(self.path, 'a') as f:
       for row in rows:
@@ -119,8 +137,10 @@ class Rows:
     self.rows.extend(rows)
 
 
-def _row(arm, seed, key, result, examples_seen, seconds) -> dict:
+def _row(arm, seed, key, result, examples_seen, seconds, init,
+         steps_per_task) -> dict:
   return {'arm': arm, 'seed': seed, 'task': key,
+          'init': os.path.normpath(init), 'steps_per_task': steps_per_task,
           'headline': result['headline'], 'metrics': result['metrics'],
           'examples_seen': int(examples_seen), 'seconds': round(seconds, 1),
           'eval_predictions': result['eval_predictions'],
@@ -140,7 +160,8 @@ def run_seed(rows: Rows, init: str, workdir: str, seed: int,
     start = time.time()
     result = multitask.multitask(cfg, os.path.join(base, arm))
     seconds = time.time() - start
-    rows.add([_row(arm, seed, k, r, r['steps'] * cfg.batch_size, seconds)
+    rows.add([_row(arm, seed, k, r, r['steps'] * cfg.batch_size, seconds,
+                   init, steps_per_task)
               for k, r in result['tasks'].items()])
   mixed = json.loads(storage.read_text(os.path.join(
       base, 'proportional', multitask.RESULT)))
@@ -156,21 +177,12 @@ def run_seed(rows: Rows, init: str, workdir: str, seed: int,
       seen = result['steps'] * cfg.batch_size
       if arm == FINETUNED:
         seen += mixed['tasks'][key]['steps'] * cfg.batch_size
-      rows.add([_row(arm, seed, key, result, seen, seconds)])
+      rows.add([_row(arm, seed, key, result, seen, seconds, init,
+                     steps_per_task)])
 
 
 # ---------------------------------------------------------------------------
 # The table.
-
-
-def _per_seed_metric(headline: str):
-  """``(predictions [seeds, n], labels [n]) -> [seeds]``: the headline
-  metric of each seed's predictions (accuracy vectorised)."""
-  if headline == 'accuracy':
-    return lambda predictions, labels: (predictions == labels).mean(-1)
-  metric = downstream.METRICS[headline]
-  return lambda predictions, labels: np.array(
-      [metric(p, labels) for p in predictions])
 
 
 def interval(by_seed: dict, baseline: dict | None = None
@@ -193,7 +205,7 @@ def interval(by_seed: dict, baseline: dict | None = None
       predictions(by_seed),
       None if baseline is None else predictions(baseline),
       labels=np.asarray(by_seed[seeds[0]]['eval_labels']),
-      metric=_per_seed_metric(by_seed[seeds[0]]['headline']))
+      metric=downstream.per_seed(by_seed[seeds[0]]['headline']))
 
 
 def _iv(iv: intervals.Interval, signed: bool = False) -> str:
@@ -227,7 +239,7 @@ def table(rows: list[dict], seeds: list[int]) -> tuple[str, str]:
     cells, parts = [TITLES[arm]], []
     for key in keys:
       mine, single = group.get((arm, key), {}), group.get((SINGLE, key), {})
-      if sorted(mine) != seeds:
+      if sorted(mine) != seeds or sorted(single) != seeds:   # Or control.
         cells += ['(not run)', '']
         continue
       cells.append(_iv(interval(mine)))
@@ -268,7 +280,7 @@ def report(rows: list[dict], seeds: list[int], command: str,
   # A multi-task run's rows (one per task) share its seconds.
   mixed = {arm for arm, _, _ in MULTITASK_ARMS}
   runs = {(r['arm'], r['seed'], '' if r['arm'] in mixed else r['task']):
-          r['seconds'] for r in rows}
+          r['seconds'] for r in rows if r['seed'] in seeds}
   seconds = sum(runs.values())
   cfg = load_config('mixing=proportional')
   sizes = ', '.join(f'{k} {_size(cfg, k)}' for k in sorted(cfg.tasks))
@@ -311,7 +323,7 @@ def main(argv=None) -> None:
   parser.add_argument('--report_only', action='store_true',
                       help='write table.md from the rows so far')
   args = parser.parse_args(argv)
-  seeds = [int(s) for s in args.seeds.split(',')]
+  seeds = sorted({int(s) for s in args.seeds.split(',')})
   # The command that runs the table (a --report_only rerun writes it too).
   command = shlex.join(['python', 'experiments/multitask_table.py'] + [
       a for a in (sys.argv[1:] if argv is None else argv)
@@ -322,6 +334,7 @@ def main(argv=None) -> None:
                     os.path.join(args.workdir, 'jax_cache'))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   rows = Rows(os.path.join(args.results, 'rows.jsonl'))
+  rows.check_settings(args.init, args.steps_per_task)
   if not args.report_only:
     for seed in seeds:
       run_seed(rows, args.init, args.workdir, seed, args.steps_per_task)

@@ -30,7 +30,7 @@ The modules, one concern each:
   encoding.py  ``encode`` (and ``truncate_pair``, ``token_char_spans``) and
                ``span_predictions``, the answers read back from span logits,
                and ``word_tags``, a token task's tags of every word.
-  metrics.py   ``METRICS`` and ``evaluate``.
+  metrics.py   ``METRICS``, ``evaluate`` and ``per_seed``.
 
 Pure numpy and Python: no JAX, so the harness encodes and scores on the host.
 """
@@ -58,6 +58,7 @@ from data_pipelines.downstream.metrics import matthews
 from data_pipelines.downstream.metrics import METRICS
 from data_pipelines.downstream.metrics import normalize_answer
 from data_pipelines.downstream.metrics import pearson
+from data_pipelines.downstream.metrics import per_seed
 from data_pipelines.downstream.metrics import span_f1
 from data_pipelines.downstream.metrics import spearman
 from data_pipelines.downstream.tasks import Task
@@ -70,7 +71,7 @@ __all__ = [
     'TFDS_TASKS', 'Task', 'TaskError', 'accuracy', 'embedded_task',
     'embedded_top4_task', 'encode', 'entity_chunks',
     'entity_f1', 'evaluate', 'exact_match', 'f1', 'load_files', 'load_tfds',
-    'matthews', 'normalize_answer', 'pearson', 'span_f1', 'span_predictions',
-    'spearman', 'tfds_kind', 'token_char_spans', 'truncate_pair',
-    'word_tags',
+    'matthews', 'normalize_answer', 'pearson', 'per_seed', 'span_f1',
+    'span_predictions', 'spearman', 'tfds_kind', 'token_char_spans',
+    'truncate_pair', 'word_tags',
 ]

@@ -242,6 +242,19 @@ METRICS: dict[str, Callable[..., float]] = {
 }
 
 
+def per_seed(headline: str) -> Callable[[np.ndarray, np.ndarray],
+                                        np.ndarray]:
+  """``(predictions [seeds, n], labels [n]) -> [seeds]``: the metric
+  ``headline`` of each seed's per-example predictions (accuracy
+  vectorised), as an interval recomputes it per resample of the held-out
+  examples (bertjax/intervals.py ``hierarchical_interval``)."""
+  if headline == 'accuracy':
+    return lambda predictions, labels: (predictions == labels).mean(-1)
+  metric = METRICS[headline]
+  return lambda predictions, labels: np.array(
+      [metric(p, labels) for p in predictions])
+
+
 def evaluate(task: tasks.Task, predictions, labels=None) -> dict[str, float]:
   """Every metric of ``task.metrics`` (Python floats, not percentages).
 
