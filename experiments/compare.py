@@ -85,6 +85,7 @@ from bertjax import objectives  # pylint: disable=g-import-not-at-top
 from bertjax import storage  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 from data_pipelines import continual as continual_lib  # pylint: disable=g-import-not-at-top
+from data_pipelines import downstream  # pylint: disable=g-import-not-at-top
 from data_pipelines import tasks as tasks_lib  # pylint: disable=g-import-not-at-top
 
 BUDGET_KINDS = ('steps', 'tokens', 'flops')
@@ -950,26 +951,41 @@ def _correct(row: dict) -> np.ndarray:
 
 def headline_interval(a: dict, b: dict | None = None
                       ) -> intervals.Interval | None:
-  """Arm A's held-out headline (minus B's, paired by seed) with its 95%
-  interval: over seeds and examples where every row has per-example
-  predictions and the headline is accuracy; over seeds otherwise. ``a``
-  and ``b`` map seed -> row."""
+  """Arm A's held-out headline (minus B's, paired by seed and example) with
+  its 95% interval, over seeds and examples where every row has
+  per-example predictions: accuracy as crossed seeds x examples, another
+  metric (F1, Matthews, Pearson) recomputed per bootstrap resample of the
+  examples. Over seeds alone for token and span tasks (no per-example
+  predictions) and a non-accuracy control averaged over repeats. ``a`` and
+  ``b`` map seed -> row."""
   seeds = sorted(set(a) & set(b)) if b is not None else sorted(a)
   if not seeds:
     return None
   headline = a[seeds[0]]['headline']
-  per_example = headline == 'accuracy' and all(
-      'eval_predictions' in r[s] for r in ([a] if b is None else [a, b])
-      for s in seeds)
-  if per_example:
-    return intervals.hierarchical_interval(
-        np.stack([_correct(a[s]) for s in seeds]),
-        None if b is None else np.stack([_correct(b[s]) for s in seeds]))
+  arms = [a] if b is None else [a, b]
+  rows = [arm[s] for arm in arms for s in seeds]
+  if all('eval_predictions' in r for r in rows):
+    labels = rows[0]['eval_labels']
+    if any(r['eval_labels'] != labels for r in rows):
+      raise ValueError('rows paired by example hold different held-out '
+                       'labels (another eval set or order): their '
+                       'predictions cannot be paired.')
+    if headline == 'accuracy':
+      return intervals.hierarchical_interval(
+          *[np.stack([_correct(arm[s]) for s in seeds]) for arm in arms])
+    if not any(r.get('repeats', 1) > 1 for r in rows):
+      return intervals.hierarchical_interval(
+          *[np.stack([arm[s]['eval_predictions'] for s in seeds])
+            for arm in arms], labels=np.asarray(labels),
+          metric=downstream.per_seed(headline))
   values = [a[s]['metrics'][headline] - (0 if b is None else
                                          b[s]['metrics'][headline])
             for s in seeds]
-  if len(values) < 2:
-    return intervals.Interval(values[0], math.nan, math.nan, 1)
+  if len(values) < 2 or np.ptp(values) == 0:
+    # One seed, or seeds alike to the last digit (a metric over a finite
+    # eval set takes few values): no spread measured, so no interval.
+    return intervals.Interval(float(np.mean(values)), math.nan, math.nan,
+                              len(values))
   return intervals.seed_interval(values)
 
 
@@ -1005,7 +1021,9 @@ def report(plan: Plan, rows: list[dict], command: str,
          '(the `seeds` columns say which each row rests on)')
       + '. Intervals are 95%: '
       'pretraining metrics over seeds (Student t); downstream over seeds '
-      'and held-out examples (bertjax/intervals.py). A difference is '
+      'and held-out examples (bertjax/intervals.py; over seeds alone for '
+      'token and span tasks, and for a non-accuracy control\'s averaged '
+      'repeats). A difference is '
       'marked in bold where its interval excludes 0 over two or more seeds '
       '(over one seed\'s examples it says nothing of the seed-to-seed '
       'spread); one whose interval holds 0 is no difference.', '',

@@ -4,6 +4,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import shutil
 import sys
@@ -161,8 +162,42 @@ def test_paired_differences_use_the_seeds_both_arms_have():
   for row in list(a.values()) + list(b.values()):
     del row['eval_predictions']
   iv = compare.headline_interval(a, b)
-  assert iv.seeds == 2 and iv.examples == 0
-  assert iv.estimate == pytest.approx(0.3) and iv.low == iv.high
+  assert iv.seeds == 2 and iv.examples == 0 and iv.estimate == (
+      pytest.approx(0.3))
+  # Both seeds' differences alike: no spread measured, so no interval
+  # (a zero-width one would print in bold as certain).
+  assert math.isnan(iv.low) and math.isnan(iv.high)
+  assert compare._iv(iv, signed=True) == '+0.3000'
+  b[2]['metrics']['accuracy'] = 0.6
+  iv = compare.headline_interval(a, b)
+  assert iv.estimate == pytest.approx(0.25) and iv.low < 0.25 < iv.high
+
+
+def test_a_metric_that_is_not_a_mean_is_resampled_over_examples():
+  # F1 (MRPC's headline): recomputed per bootstrap resample of the held-out
+  # examples, paired by seed and example, not over seeds alone.
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 2, 200).tolist()
+
+  def row(arm, seed, flip):
+    predictions = [1 - y if rng.random() < flip else y for y in labels]
+    found = sum(p == 1 for p in predictions)
+    right = sum(p == y == 1 for p, y in zip(predictions, labels))
+    f1 = 2 * right / (found + sum(labels))
+    return dict(_ft_row(arm, seed, 1.0, 0.5, [True] * 200),
+                headline='f1', metrics={'accuracy': 0.0, 'f1': f1},
+                eval_predictions=predictions, eval_labels=labels)
+
+  a = {s: row('a', s, 0.1) for s in (0, 1, 2)}
+  b = {s: row('b', s, 0.3) for s in (0, 1, 2)}
+  iv = compare.headline_interval(a, b)
+  assert iv.examples == 200 and iv.seeds == 3
+  assert iv.estimate == pytest.approx(np.mean(
+      [a[s]['metrics']['f1'] - b[s]['metrics']['f1'] for s in a]))
+  assert iv.low < iv.estimate < iv.high
+  b[1] = dict(b[1], eval_labels=labels[::-1])
+  with pytest.raises(ValueError, match='different held-out labels'):
+    compare.headline_interval(a, b)
 
 
 def test_only_a_difference_over_two_or_more_seeds_is_bold():
