@@ -81,6 +81,7 @@ from bertjax.models import heads
 from bertjax.objectives import distillation
 from bertjax.objectives import tinybert
 from bertjax.runtime import checkpoint as checkpoint_lib
+from data_pipelines import instances as instances_lib
 from data_pipelines import tokenizer as tokenizer_lib
 
 RESULT = 'distilled.json'
@@ -291,7 +292,10 @@ class MaskedLM:
     # more); a row holds them masked and, as segment B, the text again.
     self.window = min(max_seq_length, limit) - 2
     self.length = min(2 * max_seq_length, limit)
-    self.segments = model_cfg.type_vocab_size >= 2
+    # Segment B as the reference's BERT reads it, where this run trained
+    # pairs; a packed run (RoBERTa's) never trained a second type row.
+    self.segments = (model_cfg.type_vocab_size >= 2 and run.config.data.layout
+                     not in instances_lib.PACKED_LAYOUTS)
     self.tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
     self._logits = jax.jit(lambda ids, types, mask, pos: model.apply(
         {'params': params}, ids, types, mask, pos[:, None],
@@ -302,7 +306,7 @@ class MaskedLM:
     """(ids, token types), each [length]: data_augmentation.py's
     ``_masked_language_model`` input for the word at ``start`` (<
     ``window``): ``[CLS] text-with-it-masked [SEP] text [SEP]``, segment 0
-    then 1 (0 throughout for a run without segments), cut to fit."""
+    then 1 (0 throughout for a run that trained no pairs), cut to fit."""
     first = ids[:self.window].copy()
     first[start] = tokenizer_lib.MASK_ID
     second = ids[:max(self.length - len(first) - 3, 0)]

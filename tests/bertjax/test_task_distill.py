@@ -121,6 +121,23 @@ def test_the_mlm_sees_the_text_again_as_segment_b(pretrained):
   assert types.tolist() == [0] * 5 + [1] * 4 + [0] * 7
 
 
+def test_a_packed_mlm_reads_segment_b_as_type_0(pretrained, monkeypatch):
+  # A packed run (RoBERTa's full sentences) never trained type row 1.
+  load = task_distill.runs.load_run
+
+  def packed(workdir, step=None):
+    run = load(workdir, step)
+    run.config.data.layout = 'full_sentences'
+    return run
+
+  monkeypatch.setattr(task_distill.runs, 'load_run', packed)
+  mlm = task_distill.MaskedLM(pretrained, 8)
+  assert not mlm.segments
+  row, types = mlm.row(np.arange(10, 13, dtype=np.int32), 0)
+  assert row[:9].tolist() == [2, 4, 11, 12, 3, 10, 11, 12, 3]
+  assert not types.any()
+
+
 def test_a_pairs_texts_are_rewritten_in_turn(pretrained):
   # The reference's augment_ids loop: each text of a pair rewritten with
   # the other as given.
