@@ -121,12 +121,12 @@ class Rows:
     """Fails unless every row was made from ``init`` with
     ``steps_per_task`` (a row of other settings would pass for this
     table's)."""
-    made = {(r['init'], r['steps_per_task']) for r in self.rows}
+    made = {(r.get('init'), r.get('steps_per_task')) for r in self.rows}
     other = made - {(os.path.normpath(init), steps_per_task)}
-    if other:
+    if other:   # (None, None): rows from before the settings were kept.
       raise SystemExit(
           f'{self.path} holds rows made with (--init, --steps_per_task) '
-          f'{sorted(other)}; this table asks for '
+          f'{sorted(other, key=str)}; this table asks for '
           f'{(os.path.normpath(init), steps_per_task)}: give those settings, '
           'or another --results.')
 

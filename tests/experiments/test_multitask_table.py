@@ -53,6 +53,11 @@ def test_rows_of_other_settings_are_refused(tmp_path, rows):
   for init, steps in (('runs/other', 150), ('runs/demo', 100)):
     with pytest.raises(SystemExit, match='another --results'):
       table_rows.check_settings(init, steps)
+  # Rows written before the settings were recorded cannot pass either.
+  table_rows.rows.append({k: v for k, v in rows[0].items()
+                          if k not in ('init', 'steps_per_task')})
+  with pytest.raises(SystemExit, match=r'\(None, None\)'):
+    table_rows.check_settings('runs/demo', 150)
 
 
 def test_single_task_runs_take_exactly_the_steps_asked():
