@@ -297,6 +297,12 @@ class MaskedLM:
     self.segments = (model_cfg.type_vocab_size >= 2 and run.config.data.layout
                      not in instances_lib.PACKED_LAYOUTS)
     self.tokenizer = tokenizer_lib.Tokenizer.load(run.tokenizer_path)
+    # The pieces a word may become (top_words): word starts, no specials,
+    # not the bare word start (which would delete the word).
+    self._candidates = self.tokenizer.word_start_table & np.array(
+        [self.tokenizer.id_to_piece(i) != '\u2581'
+         for i in range(self.tokenizer.vocab_size)])
+    self._candidates[:tokenizer_lib.NUM_SPECIAL] = False
     self._logits = jax.jit(lambda ids, types, mask, pos: model.apply(
         {'params': params}, ids, types, mask, pos[:, None],
         jnp.zeros_like(pos[:, None]))['mlm_logits'][:, 0])
@@ -327,10 +333,7 @@ class MaskedLM:
     not the bare word start, which would delete the word) at
     ``positions`` of ``rows`` ([N, L] with their token ``types``, the
     position masked: ``row``)."""
-    allowed = self.tokenizer.word_start_table.copy()
-    allowed[:tokenizer_lib.NUM_SPECIAL] = False
-    allowed &= [self.tokenizer.id_to_piece(i) != '\u2581'
-                for i in range(len(allowed))]
+    allowed = self._candidates
     out = []
     for start in range(0, len(rows), batch_size):
       ids = np.zeros((batch_size, rows.shape[1]), np.int32)
