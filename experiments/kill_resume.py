@@ -5,7 +5,10 @@ ends exactly where an uninterrupted run of the same config ends.
       --workdir=runs/kill-demo --kills=5 [-- --config.FIELD=VALUE ...]
 
 1. Trains ``WORKDIR/uninterrupted`` to the end (or takes ``--reference``,
-   the workdir of a finished run of the same config and overrides).
+   the workdir of a finished run of the same config and overrides). A
+   ``WORKDIR`` that already holds ``uninterrupted`` or ``killed`` (an
+   earlier attempt's, perhaps itself cut short and resumed, which would hide
+   a resume bug on both sides) is refused before anything runs.
 2. Trains ``WORKDIR/killed``: ``--kills`` times it starts (or resumes) the
    run and SIGKILLs it once the run has logged a randomly drawn step (of
    the first three quarters of its logged steps), after a further random
@@ -57,8 +60,25 @@ def _logged_steps(workdir: str) -> list[int]:
 
 
 def _final_line(workdir: str) -> str:
-  with open(os.path.join(workdir, METRICS)) as f:
-    return f.read().splitlines()[-1]
+  from bertjax import storage  # pylint: disable=g-import-not-at-top
+  return storage.read_text(os.path.join(workdir, METRICS)).splitlines()[-1]
+
+
+def check_workdir(workdir: str, reference: str = '') -> None:
+  """Raises ValueError when ``workdir`` (local or in a bucket) holds an
+  earlier attempt's run this one would resume: its ``killed`` run, or,
+  with no ``reference``, its ``uninterrupted`` one, which may have been
+  stopped and resumed itself, so that a resume bug would show on both
+  sides and cancel out."""
+  from bertjax import storage  # pylint: disable=g-import-not-at-top
+  names = ['killed'] + ([] if reference else ['uninterrupted'])
+  leftovers = [n for n in names if storage.exists(os.path.join(workdir, n))]
+  if leftovers:
+    raise ValueError(
+        f'{workdir} already holds {" and ".join(leftovers)} from an earlier '
+        'attempt, which this one would resume rather than start afresh: '
+        'give a new --workdir (or pass a reference run that went to the '
+        'end in one go as --reference).')
 
 
 def train_to_end(config: str, workdir: str, overrides: list[str],
@@ -110,14 +130,18 @@ def compare(reference: str, workdir: str) -> list[str]:
   a, b = runs.load_run(reference), runs.load_run(workdir)
   if a.step != b.step:
     problems.append(f'final checkpoints at steps {a.step} and {b.step}')
-  leaves_a = jax.tree_util.tree_leaves_with_path(a.params)
+  leaves_a = dict(jax.tree_util.tree_leaves_with_path(a.params))
   leaves_b = dict(jax.tree_util.tree_leaves_with_path(b.params))
-  for path, value in leaves_a:
+  for path, value in leaves_a.items():
     other = leaves_b.get(path)
     if other is None or not (
         np.asarray(value).dtype == np.asarray(other).dtype
         and np.array_equal(np.asarray(value), np.asarray(other))):
       problems.append(f'parameter {jax.tree_util.keystr(path)} differs')
+  for path in sorted(leaves_b.keys() - leaves_a.keys(),
+                     key=jax.tree_util.keystr):
+    problems.append(f'parameter {jax.tree_util.keystr(path)} is only in '
+                    f'{workdir}')
   return problems
 
 
@@ -126,6 +150,7 @@ def kill_and_resume(config: str, workdir: str, overrides: list[str],
                     max_delay: float = 1.0, log=print) -> list[str]:
   """The whole procedure (see the module docstring); returns the problems
   found (empty: the killed run matches the uninterrupted one)."""
+  check_workdir(workdir, reference)
   if not reference:
     reference = os.path.join(workdir, 'uninterrupted')
     train_to_end(config, reference, overrides, log)
@@ -175,8 +200,10 @@ def main(argv=None) -> None:
   args = parser.parse_args(argv)
   if args.kills < 1:
     parser.error('--kills must be >= 1.')
-  if os.path.exists(os.path.join(args.workdir, 'killed')):
-    parser.error(f'{args.workdir}/killed exists: give a new --workdir.')
+  try:
+    check_workdir(args.workdir, args.reference)
+  except ValueError as e:
+    parser.error(str(e))
   problems = kill_and_resume(args.config, args.workdir, overrides,
                              args.kills, args.seed, args.reference,
                              args.max_delay)
