@@ -67,3 +67,18 @@ def test_a_decay_mask_that_spares_biases_is_caught(fidelity, monkeypatch):
   r = fidelity.trajectory('roberta')
   name, worst = r.worst_tensor
   assert worst > TOLERANCE and name.endswith('bias'), (name, worst)
+
+
+def test_decaying_the_layer_norms_is_caught(fidelity, monkeypatch):
+  """BERT with every tensor decayed (LayerNorm and biases too) against
+  google-research/bert's ``exclude_from_weight_decay``: at the fidelity
+  runs' weight decay (0.1) a LayerNorm scale shrinks by 8e-3 of its size;
+  at the preset's 0.01 it would stay under the tolerance."""
+  family = fidelity.FAMILIES['bert']
+  monkeypatch.setitem(fidelity.FAMILIES, 'bert', dataclasses.replace(
+      family, fields={**family.fields, 'optimizer.decay_mask': 'all'}))
+  r = fidelity.trajectory('bert')
+  name, worst = r.worst_tensor
+  assert worst > TOLERANCE, (name, worst)
+  assert any('LayerNorm' in name and d > TOLERANCE
+             for name, d in r.tensors.items()), r.tensors
