@@ -20,8 +20,9 @@ printed as it starts and the launcher stops at the first that fails.
    ``create`` it (``--spot`` or ``--preemptible`` if asked).
 2. The code, on every worker (``--worker=all``): by default a
    ``git archive`` of the committed HEAD (uncommitted changes are not
-   shipped: the launcher warns about them), copied with ``tpu-vm scp`` and
-   unpacked into ``~/bertjax``; with ``--repo_url`` and ``--commit``, a
+   shipped: the launcher warns about them, and a config file HEAD does
+   not hold stops it before the pre-flight and the slice), copied with
+   ``tpu-vm scp`` and unpacked into ``~/bertjax``; with ``--repo_url`` and ``--commit``, a
    ``git clone`` and checkout on every worker instead.
 3. ``pip install -e . 'jax[tpu]'`` on every worker, libtpu from the JAX
    find-links page; the jax version is the one setup.py allows.
@@ -191,6 +192,12 @@ def plan(args, overrides: list[str]) -> list[Step]:
 
   version = args.version or runtime_version(args.accelerator_type)
   steps = []
+  if not args.repo_url:
+    steps.append(Step(
+        'committed', 'Check the config is committed (the workers get the '
+        'committed HEAD):',
+        ('git', '-C', REPO, 'cat-file', '-e',
+         f'HEAD:{os.path.normpath(args.config.partition(":")[0])}')))
   if args.preflight == 'on':
     steps.append(Step(
         'preflight', 'Compile the train step for this slice here first (a '
@@ -238,7 +245,8 @@ def plan(args, overrides: list[str]) -> list[Step]:
     ]
   steps.append(Step(
       'install', 'Install bertjax and JAX for TPU on every worker:',
-      on_workers(f'cd {quoted_dir} && {args.python} -m pip install -e . '
+      on_workers(f'cd {quoted_dir} && {shlex.quote(args.python)} -m pip '
+                 'install -e . '
                  f"'jax[tpu]' -f {LIBTPU_LINKS}")))
   env = f'BERTJAX_DATA_DIR={shlex.quote(args.data_dir)} ' if (
       args.data_dir) else ''
@@ -422,6 +430,13 @@ def execute(steps: list[Step], accelerator_type: str,
                             'compile or fit on this slice (its output is '
                             'above); fix the config, or skip the check with '
                             '--preflight=off.')
+      elif step.kind == 'committed':
+        if run(step).returncode:
+          raise LaunchError(
+              f'{step.argv[-1][len("HEAD:"):]} is not in the committed '
+              'HEAD (new, or not a git checkout), and the workers get only '
+              'what is committed: commit it, or give --repo_url and '
+              '--commit.')
       elif step.kind == 'describe':
         exists = _slice_exists(step, accelerator_type, run)
         slice_up = exists

@@ -39,6 +39,8 @@ TPU_ARGS = ['--name=bert-base', '--zone=us-central2-b', '--project=my-proj',
 GCLOUD = 'gcloud compute tpus tpu-vm'
 WHERE = '--zone=us-central2-b --project=my-proj'
 TPU_DRY_RUN = f"""\
+# Check the config is committed (the workers get the committed HEAD):
+git -C {REPO} cat-file -e HEAD:experiments/configs/bert.py
 # Reuse the slice if it exists:
 {GCLOUD} describe bert-base {WHERE} '--format=value(state,acceleratorType)'
 # Otherwise create it:
@@ -146,12 +148,14 @@ def test_tpu_dry_run_prints_every_command_in_order(capsys, no_subprocess):
   assert out == TPU_DRY_RUN
 
 
-def test_tpu_dry_run_shows_the_preflight_first(capsys, no_subprocess):
+def test_tpu_dry_run_shows_the_preflight_before_any_slice(capsys,
+                                                          no_subprocess):
   args = [a for a in TPU_ARGS if a != '--preflight=off']
   status, out, _ = _main(tpu_pod, args + ['--dry_run', '--'] + OVERRIDES,
                          capsys)
   assert status == 0
-  note, command = out.splitlines()[:2]
+  lines = out.splitlines()
+  note, command = lines[2:4]
   assert 'cannot fit stops the launch' in note
   assert shlex.split(command)[1:] == [
       '-m', 'bertjax.preflight',
@@ -159,7 +163,7 @@ def test_tpu_dry_run_shows_the_preflight_first(capsys, no_subprocess):
       '--topology=v4-32',
       f'--out={os.path.join(tempfile.gettempdir(), "bertjax-preflight-bert-base")}',
       *OVERRIDES]
-  assert out.splitlines()[2:] == TPU_DRY_RUN.splitlines()
+  assert lines[:2] + lines[4:] == TPU_DRY_RUN.splitlines()
 
 
 def test_tpu_a_failed_preflight_stops_before_any_slice(monkeypatch, capsys):
@@ -169,7 +173,10 @@ def test_tpu_a_failed_preflight_stops_before_any_slice(monkeypatch, capsys):
   args = [a for a in TPU_ARGS if a != '--preflight=off']
   status, _, err = _main(tpu_pod, args, capsys)
   assert status == 1
-  assert [argv[1:3] for argv in fake.calls] == [['-m', 'bertjax.preflight']]
+  assert [argv[1:4] for argv in fake.calls] == [
+      ['-C', REPO, 'cat-file'],
+      ['-m', 'bertjax.preflight', f'--config={REPO}/experiments/configs/'
+       'bert.py:size=base']]
   assert '--preflight=off' in err
 
 
@@ -266,8 +273,9 @@ def test_tpu_run_creates_a_missing_slice_and_deletes_it(monkeypatch):
   monkeypatch.setattr(tpu_pod.subprocess, 'run', fake)
   monkeypatch.setattr(tpu_pod.shutil, 'which', lambda name: '/bin/' + name)
   tpu_pod.main(TPU_ARGS)
-  assert fake.kinds() == ['describe', 'create', 'diff', 'archive', 'scp',
-                          'rm@all', 'cd@all', 'cd@all', 'delete']
+  assert fake.kinds() == ['cat-file', 'describe', 'create', 'diff',
+                          'archive', 'scp', 'rm@all', 'cd@all', 'cd@all',
+                          'delete']
 
 
 def test_tpu_run_reuses_a_ready_slice(monkeypatch):
@@ -289,7 +297,7 @@ def test_tpu_run_refuses_an_unusable_slice(monkeypatch, capsys, describe,
   monkeypatch.setattr(tpu_pod.subprocess, 'run', fake)
   monkeypatch.setattr(tpu_pod.shutil, 'which', lambda name: '/bin/' + name)
   status, _, err = _main(tpu_pod, TPU_ARGS, capsys)
-  assert (status, fake.kinds()) == (1, ['describe'])
+  assert (status, fake.kinds()) == (1, ['cat-file', 'describe'])
   assert message in err
 
 
@@ -301,8 +309,35 @@ def test_tpu_run_stops_at_a_failed_command_and_still_deletes(monkeypatch,
   status, _, err = _main(tpu_pod, TPU_ARGS, capsys)
   assert status == 1
   assert 'exit status 1 from gcloud compute tpus tpu-vm scp' in err
-  assert fake.kinds() == ['describe', 'create', 'diff', 'archive', 'scp',
-                          'delete']
+  assert fake.kinds() == ['cat-file', 'describe', 'create', 'diff',
+                          'archive', 'scp', 'delete']
+
+
+def test_tpu_an_uncommitted_config_stops_before_preflight_and_slice(
+    monkeypatch, capsys):
+  fake = FakeRun(fail='cat-file')
+  monkeypatch.setattr(tpu_pod.subprocess, 'run', fake)
+  monkeypatch.setattr(tpu_pod.shutil, 'which', lambda name: '/bin/' + name)
+  args = [a for a in TPU_ARGS if a != '--preflight=off']
+  status, _, err = _main(tpu_pod, args, capsys)
+  assert (status, len(fake.calls)) == (1, 1)
+  assert 'experiments/configs/bert.py is not in the committed HEAD' in err
+
+
+@pytest.mark.parametrize('path, committed', [
+    ('experiments/configs/bert.py', True),
+    ('experiments/configs/not_committed.py', False)])
+def test_tpu_the_committed_check_asks_git(monkeypatch, path, committed):
+  """The check's command, run for real on this checkout."""
+  args, overrides = tpu_pod.parse(
+      [a if not a.startswith('--config=') else f'--config={path}'
+       for a in TPU_ARGS] + ['--dry_run'])
+  # The argument checks would stop at the missing file first.
+  monkeypatch.setattr(tpu_pod, 'check_args', lambda *a: None)
+  step = tpu_pod.plan(args, overrides)[0]
+  assert step.kind == 'committed'
+  result = subprocess.run(step.argv, capture_output=True, check=False)
+  assert (result.returncode == 0) == committed, result.stderr
 
 
 def test_tpu_run_without_gcloud_says_so(monkeypatch, capsys, no_subprocess):
