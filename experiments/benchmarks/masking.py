@@ -6,16 +6,22 @@ Needs the ``bench`` extra (``pip install '.[bench]'``: torch, transformers).
 Both sides get the same batches (256 x 128 and 32 x 512 tokens, BERT-style
 rows: [CLS] A [SEP] B [SEP], about 10% padding, words of 1-3 pieces, and
 two-word entity/phrase units for the entity strategy) and run
-pinned to one core (``sched_setaffinity`` and one torch thread), alternating
-so that both see the same machine state. The peer is transformers'
+pinned to one core (``sched_setaffinity`` and one torch thread), every
+method called once per round in turn, so that all see the same machine
+state. The peer is transformers'
 ``DataCollatorForLanguageModeling`` (mlm_probability 0.15, 80/10/10), in
 token mode and in whole-word mode (``whole_word_mask=True``, which reads word
 boundaries from ``offset_mapping``), called on a list of examples as a
 training loop would. ``hf masking only`` times its ``torch_mask_tokens`` on a
-ready tensor, the masking alone.
+ready tensor, the masking alone: the like-for-like peer of bertjax's token
+strategy, which also starts from a ready array (the collator's time
+includes building tensors from the lists). Transformers has no
+tensor-only whole-word masking, so whole word is compared with its
+collator.
 
-Prints tokens/s (all positions of the batch, padding included, for both) and
-the ratio to the collator in the same mode.
+Prints tokens/s (all positions of the batch, padding included, for both),
+the ratio to the collator in the same mode, and the ratio to the masking
+alone.
 """
 
 from __future__ import annotations
@@ -88,15 +94,19 @@ def _hf_tokenizer():
       mask_token='[MASK]')
 
 
-def _time(fn, repeats: int) -> float:
-  """Median seconds per call after one warm-up call."""
-  fn()
-  samples = []
-  for _ in range(repeats):
-    t = time.perf_counter()
+def _time_interleaved(fns: dict, repeats: int) -> dict:
+  """Median seconds per call of each of ``fns`` after one warm-up call
+  each, the calls interleaved (every function once per round, in turn) so
+  that all see the same machine state."""
+  samples = {name: [] for name in fns}
+  for fn in fns.values():
     fn()
-    samples.append(time.perf_counter() - t)
-  return statistics.median(samples)
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      t = time.perf_counter()
+      fn()
+      samples[name].append(time.perf_counter() - t)
+  return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main() -> None:
@@ -115,7 +125,8 @@ def main() -> None:
   print(f'one core of {platform.processor() or platform.machine()}; numpy '
         f'{np.__version__}, torch {torch.__version__}, transformers '
         f'{transformers.__version__}')
-  print(f'{"shape":>9}  {"method":<34} {"Mtok/s":>8} {"vs HF":>7}')
+  print(f'{"shape":>9}  {"method":<34} {"Mtok/s":>8} {"vs HF":>7} '
+        f'{"vs mask only":>12}')
   for batch_size, seq_len in SHAPES:
     batch = make_batch(batch_size, seq_len)
     tokens = batch_size * seq_len
@@ -126,28 +137,27 @@ def main() -> None:
                     for row, o in zip(batch['input_ids'], offsets)]
     ids_tensor = torch.tensor(batch['input_ids'], dtype=torch.long)
     special = torch.tensor(~masking.maskable(batch['input_ids']))
-    peers = {
-        'token': _time(lambda: hf_token(examples), args.repeats),
-        'whole_word': _time(lambda: hf_wwm(wwm_examples), args.repeats),
+    fns = {
+        'hf collator, token': lambda: hf_token(examples),
+        'hf collator, whole word': lambda: hf_wwm(wwm_examples),
+        'hf masking only (torch_mask_tokens)':
+            lambda: hf_token.torch_mask_tokens(
+                ids_tensor.clone(), special_tokens_mask=special),
     }
-    hf_core = _time(lambda: hf_token.torch_mask_tokens(
-        ids_tensor.clone(), special_tokens_mask=special), args.repeats)
-    rows = [('hf collator, token', peers['token'], peers['token']),
-            ('hf collator, whole word', peers['whole_word'],
-             peers['whole_word']),
-            ('hf masking only (torch_mask_tokens)', hf_core, peers['token'])]
     for strategy in masking.STRATEGIES:
       config = masking.MaskingConfig(
           strategy=strategy, max_predictions_per_seq=budget,
           vocab_size=VOCAB_SIZE,
           corruption_unit='unit' if strategy == 'span' else 'token')
-      seconds = _time(lambda: masking.mask_batch(batch, config, 0),
-                      args.repeats)
-      peer = peers['whole_word'] if strategy != 'token' else peers['token']
-      rows.append((f'bertjax {strategy}', seconds, peer))
-    for name, seconds, peer in rows:
+      fns[f'bertjax {strategy}'] = (
+          lambda config=config: masking.mask_batch(batch, config, 0))
+    seconds = _time_interleaved(fns, args.repeats)
+    core = seconds['hf masking only (torch_mask_tokens)']
+    for name, t in seconds.items():
+      peer = seconds['hf collator, token' if name.endswith(
+          ('token', 'torch_mask_tokens)')) else 'hf collator, whole word']
       print(f'{batch_size:>4}x{seq_len:<4}  {name:<34} '
-            f'{tokens / seconds / 1e6:8.2f} {peer / seconds:6.1f}x')
+            f'{tokens / t / 1e6:8.2f} {peer / t:6.1f}x {core / t:6.2f}x')
 
 
 if __name__ == '__main__':
