@@ -172,9 +172,12 @@ def _raw_moments_with_other_beta2(cfg) -> str | None:
 
 def _bert_optimizer_on_packed_data(cfg) -> str | None:
   """Among MLM models only BERT uses raw-moment Adam, and only on its NSP
-  pairs (ELECTRA, which uses it too, trains another objective)."""
+  pairs (ELECTRA, which uses it too, trains another objective; TinyBERT's
+  BertAdam, clipping per tensor, trains on packed rows, and so does its
+  MLM-alone control)."""
   if (cfg.data.layout not in instances_lib.PACKED_LAYOUTS or
-      cfg.optimizer.name != 'bert_adamw' or cfg.objective.name != 'bert'):
+      cfg.optimizer.name != 'bert_adamw' or cfg.objective.name != 'bert' or
+      cfg.optimizer.grad_clip == 'per_tensor'):
     return None
   return (f"data.layout='{cfg.data.layout}' with optimizer.name="
           "'bert_adamw' is BERT's optimizer (no bias correction) on "
@@ -218,8 +221,10 @@ def _sharing_without_factorization(cfg) -> str | None:
 
 def _script_default_learning_rate(cfg) -> str | None:
   o = cfg.optimizer
-  # TinyBERT's general_distill.py takes 5e-5 as its own default.
+  # TinyBERT's general_distill.py takes 5e-5 as its own default, with
+  # BertAdam (per-tensor clipping), its MLM-alone control too.
   if (cfg.objective.name != 'bert' or o.name != 'bert_adamw' or
+      o.grad_clip == 'per_tensor' or
       cfg.batch_size != 256 or
       not math.isclose(o.learning_rate, 5e-5)):
     return None
@@ -279,21 +284,25 @@ _TRAPS: tuple[Callable[..., str | None], ...] = (
 
 
 def _token_types_out_of_range(cfg) -> str | None:
-  """Pairs give segment B token type 1; packed rows use type 0 only."""
-  layout, size = cfg.data.layout, cfg.model.type_vocab_size
-  pairs = layout in _PAIR_LAYOUTS
-  if size >= (2 if pairs else 1):
+  """Pairs give segment B token type 1, in whichever stream of a continual
+  run builds them; packed rows use type 0 only, and a model with no
+  token-type table (``type_vocab_size=0``, DistilBERT's) ignores types."""
+  size = cfg.model.type_vocab_size
+  pairs = sorted({s.layout for s in continual_lib.streams(cfg)
+                  if s.layout in _PAIR_LAYOUTS})
+  if size >= 2 or not pairs:
     return None
+  where = (f'data.layout={cfg.data.layout!r}' if pairs == [cfg.data.layout]
+           else 'the continual streams with layouts ' + ', '.join(
+               repr(p) for p in pairs))
   if not size:
-    why = 'the token-type table has no rows, so nothing embeds type 0'
+    why = ('the model has no token-type table, so segment B is not told '
+           'apart from A')
   else:
     why = ('segment B has token type 1, outside the one-row table (JAX '
            "clamps the lookup, so B silently gets A's embedding)")
-  fix = ('model.type_vocab_size=2 (BERT)' if pairs else
-         'model.type_vocab_size=1 (packed rows use type 0 only) or 2 '
-         '(BERT)')
-  return (f'model.type_vocab_size={size} with data.layout={layout!r}: '
-          f'{why}. Set {fix}.')
+  return (f'model.type_vocab_size={size} with {where}: {why}. Set '
+          'model.type_vocab_size=2 (BERT).')
 
 
 def _no_loss(cfg) -> str | None:

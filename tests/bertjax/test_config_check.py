@@ -19,6 +19,11 @@ PRESETS = [
     # IB-BERT trains with LAMB and dropout 0.1, and masks at most 20 of 512.
     ('mobilebert', 'model=teacher'), ('mobilebert', None),
     ('mobilebert', 'model=tiny'),
+    # TinyBERT's BertAdam (per-tensor clipping, lr 5e-5 at batch 256) on
+    # packed rows, its MLM-alone control included.
+    ('tinybert', None), ('tinybert', 'objective=bert'),
+    ('distilbert', None), ('ernie2', 'size=demo'), ('ernie2', 'size=base'),
+    ('compare_small', None),
 ]
 
 
@@ -196,9 +201,14 @@ ERRORS = [
     ('sop_one_token_type', 'albert', 'size=base',
      {'model.type_vocab_size': 1},
      "model.type_vocab_size=1 with data.layout='sop'"),
-    ('packed_no_token_type', 'span_masking', None,
+    ('pairs_no_token_type', 'bert', 'size=base',
      {'model.type_vocab_size': 0},
-     "model.type_vocab_size=0 with data.layout='full_sentences'"),
+     "model.type_vocab_size=0 with data.layout='nsp': the model has no "
+     'token-type table, so segment B is not told apart from A'),
+    ('continual_pairs_one_token_type', 'ernie2', 'size=demo',
+     {'model.type_vocab_size': 1},
+     "model.type_vocab_size=1 with the continual streams with layouts "
+     "'discourse', 'sentence_distance'"),
     ('no_loss', 'span_masking', None, {'objective.mlm_weight': 0.0},
      'objective.mlm_weight=0.0 and objective.nsp_weight=0.0'),
     ('mobilebert_transfer_without_loss', 'mobilebert', None,
@@ -224,8 +234,10 @@ def test_span_boundary_loss_alone_is_a_loss():
   assert config_check.errors_for(c) == []
 
 
-def test_packed_rows_need_one_token_type_only():
-  c = _set(_preset('span_masking'), **{'model.type_vocab_size': 1})
+@pytest.mark.parametrize('size', [0, 1])
+def test_packed_rows_need_one_token_type_or_none(size):
+  """Type 0 only: one row, or no table at all (DistilBERT's student)."""
+  c = _set(_preset('span_masking'), **{'model.type_vocab_size': size})
   assert config_check.errors_for(c) == []
 
 
