@@ -17,7 +17,8 @@ For each, in ``WORKDIR/<preset>/``:
    (``metrics.jsonl``) and bit for bit (every final parameter). The preset
    keeps its model and data; only the length and cadence change
    (``OVERRIDES``; warmup 2 steps, since the presets' warmups exceed 20;
-   continual presets get three stages of 7, 7 and 6 steps).
+   a continual preset's stages are rescaled to the 20 steps, fractions
+   kept: the shipped ones' three get 7, 7 and 6).
 2. ``experiments/export.py`` of the killed-and-resumed run, then the
    exported class (``config.json``'s ``architectures``) loads with
    transformers and runs one forward on a tokenized sentence.
@@ -58,13 +59,13 @@ ERNIE2 = 'experiments/configs/ernie2.py:size=demo'
 ARM_SPEC = 'experiments/configs/beyond_masking.py:arm={}'
 PRESETS = (ERNIE2,) + tuple(ARM_SPEC.format(arm) for arm in beyond_masking.ARMS
                             if arm not in beyond_masking.BASELINES)
+STEPS = 20
 # 20 steps; logs every 5 (kill_resume kills after logged steps), evaluates
 # and checkpoints so that a kill can land in either.
-OVERRIDES = ('--config.total_steps=20', '--config.num_train_steps=0',
+OVERRIDES = (f'--config.total_steps={STEPS}', '--config.num_train_steps=0',
              '--config.optimizer.warmup_steps=2', '--config.log_every_steps=5',
              '--config.eval_every_steps=20',
              '--config.checkpoint_every_steps=5')
-CONTINUAL_OVERRIDES = ('--config.continual.stage_steps=(7,7,6)',)
 KILL_RESUME = 'experiments/kill_resume.py'
 KILLS = 2
 FINETUNE_CONFIG = 'experiments/configs/finetune.py'
@@ -91,8 +92,17 @@ def preset_name(spec: str) -> str:
   return re.sub(r'[^A-Za-z0-9]+', '_', f'{config}_{arg}').strip('_')
 
 
-def is_continual(spec: str) -> bool:
-  return spec == ERNIE2 or spec == ARM_SPEC.format('ernie2')
+def continual_overrides(spec: str) -> list[str]:
+  """A continual preset's stages rescaled to ``STEPS`` (fractions kept, as
+  compare.py does), so that they cover the short run; [] for any other."""
+  from bertjax import config_lib  # pylint: disable=g-import-not-at-top
+  from data_pipelines import continual  # pylint: disable=g-import-not-at-top
+  path, sep, arg = spec.partition(':')
+  cfg = config_lib.load_config_file(os.path.join(REPO, path) + sep + arg)
+  if not continual.is_continual(cfg):
+    return []
+  stages = continual.scaled_stages(cfg.continual.stage_steps, STEPS)
+  return [f'--config.continual.stage_steps=({",".join(map(str, stages))})']
 
 
 def _run(command: list[str], log_path: str) -> subprocess.CompletedProcess:
@@ -115,8 +125,7 @@ def kill_resume(spec: str, directory: str, seed: int) -> dict:
   """Step 1: ``experiments/kill_resume.py``; the verdict and its line."""
   workdir = os.path.join(directory, 'kill_resume')
   shutil.rmtree(workdir, ignore_errors=True)   # It wants a new workdir.
-  overrides = list(OVERRIDES) + (
-      list(CONTINUAL_OVERRIDES) if is_continual(spec) else [])
+  overrides = list(OVERRIDES) + continual_overrides(spec)
   command = [sys.executable, KILL_RESUME,
              f'--config={spec}', f'--workdir={workdir}', f'--kills={KILLS}',
              f'--seed={seed}', '--', *overrides]
@@ -313,7 +322,7 @@ def write_report(records: list[dict], out: str, command: str) -> str:
       f'{datetime.date.today().isoformat()}, {os.cpu_count()}-core CPU:', '',
       '```', command, '```', '',
       f'Pretraining overrides: `{" ".join(OVERRIDES)}` (continual presets '
-      f'also `{" ".join(CONTINUAL_OVERRIDES)}`); kill_resume '
+      f'also `{" ".join(continual_overrides(ERNIE2))}`); kill_resume '
       f'`--kills={KILLS}`. Fine-tuning: `{FINETUNE_CONFIG}` (embedded task) '
       f'with `{" ".join(FINETUNE_OVERRIDES)}`, from the killed-and-resumed '
       'run; held-out accuracy, beside the rate of the most frequent held-out '
