@@ -92,7 +92,11 @@ class Monitor:
     start = start or {}
     self._skipped = int(start.get('skipped_steps', 0))
     self._spikes = int(start.get('loss_spikes', 0))
-    # A run resumed under a stricter policy halts on new skips only.
+    # A run resumed under a stricter policy halts on new skips only: under
+    # 'halt', any; under 'skip', a run of halt_after that is the longest
+    # yet or still going at a logged step. (The device's counter is the
+    # longest over the whole run, so a new run no longer than the resumed
+    # history's, ended between logged steps, goes unseen.)
     self._longest = int(start.get('longest_skipped', 0))
 
   def check(self, step: int, health: dict, last_checkpoint: str) -> None:
@@ -103,8 +107,10 @@ class Monitor:
     """
     skipped, spikes = int(health['skipped_steps']), int(health['loss_spikes'])
     longest = int(health['longest_skipped'])
-    if skipped > self._skipped:
-      self._say(f'warning: {skipped - self._skipped} step(s) with a '
+    consecutive = int(health['consecutive_skipped'])
+    new = skipped - self._skipped
+    if new > 0:
+      self._say(f'warning: {new} step(s) with a '
                 f'non-finite loss or gradient up to step {step} were '
                 f'skipped (their updates dropped); {skipped} in all.')
     if spikes > self._spikes:
@@ -113,10 +119,18 @@ class Monitor:
                 f'{step}; the latest at step {int(health["last_spike_step"])}'
                 f', {float(health["last_spike_ratio"]):.2f}x.')
     self._skipped, self._spikes = skipped, spikes
-    if longest >= self._halt_after and longest > self._longest:
+    if longest > self._longest and longest >= self._halt_after:
+      what = f'{longest} consecutive step(s)'
+    elif consecutive >= self._halt_after:
+      what = f'the last {consecutive} consecutive step(s)'
+    elif self._policy == 'halt' and new > 0:
+      what = f'{new} more step(s)'
+    else:
+      what = ''
+    if what:
       raise DivergenceError(
           f'halting at step {step}: the loss or gradients were not finite '
-          f'on {longest} consecutive step(s) up to it (divergence.policy'
+          f'on {what} up to it (divergence.policy'
           f'={self._policy!r}, halt_after={self._halt_after}); their updates'
           f' were skipped. The last good checkpoint is {last_checkpoint}. '
           'Resume from it with a lower optimizer.learning_rate or a larger '

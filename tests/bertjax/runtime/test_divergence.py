@@ -107,6 +107,21 @@ def test_monitor_reports_changes_and_halts_per_policy():
   resumed.check(30, _host(skipped_steps=2, longest_skipped=2), 'step 24')
   with pytest.raises(divergence.DivergenceError, match='on 3 consecutive'):
     resumed.check(40, _host(skipped_steps=5, longest_skipped=3), 'step 32')
+  # ... and so does a single new skipped step, shorter than that run.
+  resumed = divergence.Monitor('halt', 10, 3.0, said.append,
+                               start=_host(skipped_steps=2, longest_skipped=2))
+  with pytest.raises(divergence.DivergenceError, match='on 1 more step'):
+    resumed.check(30, _host(skipped_steps=3, longest_skipped=2), 'step 24')
+  # Resumed with halt_after lowered below the history's run of 5: a run of
+  # 3 still going at a logged step halts it.
+  resumed = divergence.Monitor('skip', 3, 3.0, said.append,
+                               start=_host(skipped_steps=5, longest_skipped=5))
+  resumed.check(30, _host(skipped_steps=7, consecutive_skipped=2,
+                          longest_skipped=5), 'step 24')
+  with pytest.raises(divergence.DivergenceError,
+                     match='on the last 3 consecutive'):
+    resumed.check(31, _host(skipped_steps=8, consecutive_skipped=3,
+                            longest_skipped=5), 'step 24')
 
 
 def test_a_run_of_skipped_steps_between_two_checks_halts_the_run():
