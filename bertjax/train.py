@@ -823,9 +823,13 @@ class TrainLoop:
       ckpt.close()     # Waits until the last checkpoint is written.
     except BaseException:
       # The save in flight completes, so the checkpoint a message names
-      # exists; the original error is the one raised.
+      # exists; the lines logged up to the error reach a bucket workdir
+      # (a divergence halt's are the ones that show it); the original
+      # error is the one raised.
       with contextlib.suppress(Exception):
         ckpt.close()
+      with contextlib.suppress(Exception):
+        self.writer.close()
       raise
     train_iter.close()   # Stops Grain's workers and frees their buffers.
     if preempted:

@@ -104,6 +104,7 @@ class MetricWriter:
     self._start_time = time.time()
     self._start_step = first_step
     self._bar = None
+    self._closed = False
     if not enabled:
       return
     self._workdir, self._local = workdir, workdir
@@ -120,8 +121,11 @@ class MetricWriter:
     truncate_jsonl(self._timing_path, first_step)
     self._jsonl = open(self._jsonl_path, 'a')
     self._timing = open(self._timing_path, 'a')
+    # A resumed run's TensorBoard drops the killed attempt's points past
+    # the checkpoint, as the JSONL files do.
     self._tb = tensorboardX.SummaryWriter(
-        os.path.join(self._local, 'tensorboard'))
+        os.path.join(self._local, 'tensorboard'),
+        purge_step=first_step + 1 if first_step else None)
     if sys.stderr.isatty():
       import tqdm  # pylint: disable=g-import-not-at-top
       self._bar = tqdm.tqdm(total=total_steps, initial=first_step,
@@ -197,8 +201,11 @@ class MetricWriter:
       print(text, flush=True)
 
   def close(self) -> None:
-    if not self._enabled:
+    """Uploads a bucket workdir's files and removes their local copies;
+    again, does nothing."""
+    if not self._enabled or self._closed:
       return
+    self._closed = True
     if self._bar is not None:
       self._bar.close()
     self._jsonl.close()

@@ -6,6 +6,7 @@ byte and the final parameters bit for bit.
 """
 
 import glob
+import json
 import os
 import shutil
 
@@ -210,3 +211,18 @@ def test_nan_steps_halt_per_policy_naming_the_last_good_checkpoint(
   directory = os.path.join(workdir, 'checkpoints')
   assert _steps(directory) == [4]
   assert checkpoint.verify(os.path.join(directory, '4'))
+
+
+def test_a_halt_in_a_bucket_keeps_the_lines_that_show_it(
+    data_dir, gcs_bucket, monkeypatch):
+  """The metrics reach a bucket workdir only at uploads (checkpoints, every
+  30 s, the end): a halt still uploads the lines logged before it, here
+  step 5's after the checkpoint at step 4."""
+  from bertjax import storage  # pylint: disable=g-import-not-at-top
+  _with_nan_batches(monkeypatch, {6})
+  workdir = f'{gcs_bucket}/fault/halted'
+  cfg = _config(data_dir, **{'divergence.policy': 'halt'})
+  with pytest.raises(divergence.DivergenceError, match='halting at step 6'):
+    train.train_and_evaluate(cfg, workdir)
+  lines = storage.read_text(f'{workdir}/metrics.jsonl').splitlines()
+  assert [json.loads(line)['step'] for line in lines] == [1, 2, 3, 4, 5]

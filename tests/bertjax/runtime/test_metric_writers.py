@@ -29,17 +29,21 @@ def test_writes_jsonl_and_tensorboard(tmp_path):
   assert os.path.getsize(tmp_path / 'tensorboard' / events[0]) > 0
 
 
-def _scalars(event_file) -> dict:
-  """{(step, tag): value} of a TensorBoard event file (TFRecord framing:
+def _events(event_file) -> list:
+  """The Event protos of a TensorBoard event file (TFRecord framing:
   length, its CRC, the Event proto, its CRC)."""
-  data, found, at = open(event_file, 'rb').read(), {}, 0
+  data, events, at = open(event_file, 'rb').read(), [], 0
   while at < len(data):
     (length,) = struct.unpack('<Q', data[at:at + 8])
-    event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+    events.append(event_pb2.Event.FromString(data[at + 12:at + 12 + length]))
     at += 16 + length
-    for value in event.summary.value:
-      found[(event.step, value.tag)] = value.simple_value
-  return found
+  return events
+
+
+def _scalars(event_file) -> dict:
+  """{(step, tag): value} of a TensorBoard event file."""
+  return {(event.step, value.tag): value.simple_value
+          for event in _events(event_file) for value in event.summary.value}
 
 
 # A fresh interpreter that starts a run's writer, as the trainer does.
@@ -82,6 +86,11 @@ def test_resume_drops_entries_after_the_restored_step(tmp_path):
   assert [json.loads(line) for line in path.read_text().splitlines()] == [
       {'step': 1, 'loss': 3}, {'step': 2, 'loss': 2},
       {'step': 3, 'loss': 1.5}]
+  # TensorBoard is told to drop the killed attempt's points from step 3 on.
+  (events,) = os.listdir(tmp_path / 'tensorboard')
+  starts = [e.step for e in _events(tmp_path / 'tensorboard' / events)
+            if e.session_log.status == event_pb2.SessionLog.START]
+  assert starts == [3]
 
 
 def test_disabled_writer_writes_nothing(tmp_path):
