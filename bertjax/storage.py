@@ -173,6 +173,14 @@ def write_text(path: str, text: str) -> None:
   write_bytes(path, text.encode('utf-8'))
 
 
+def _fsync(path: str) -> None:
+  fd = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+
+
 @contextlib.contextmanager
 def staged(path: str) -> Iterator[str]:
   """A local file to write ``path``'s content into, for writers that take
@@ -183,6 +191,7 @@ def staged(path: str) -> Iterator[str]:
     tmp = temporary_name(path)
     try:
       yield tmp
+      _fsync(tmp)   # On disk before the name points at it.
       os.replace(tmp, path)
     finally:
       if os.path.exists(tmp):
@@ -219,16 +228,18 @@ def move(path: str, target: str) -> None:
   """Moves a directory (or every object under a prefix) to ``target``.
   Locally a rename; in a bucket each object is copied then deleted, so a
   reader may see both for a moment, never neither. A commit marker
-  (orbax's ``commit_success.txt``) is deleted first: a kill midway leaves
-  an uncommitted rest, not a committed step with files missing."""
+  (orbax's ``commit_success.txt``) is copied last and deleted first: a
+  kill midway leaves, at either end, an uncommitted step, not a committed
+  one with files missing."""
   if is_remote(path):
     fs, p = _fs(path)
     objects = _objects(fs, p)
     to = _fs(target)[1]
-    for name in objects:
+    marker_first = sorted(objects, key=lambda n: not n.endswith(
+        '/commit_success.txt'))
+    for name in reversed(marker_first):
       fs.cp_file(name, to + name[len(p):])
-    for name in sorted(objects, key=lambda n: not n.endswith(
-        '/commit_success.txt')):
+    for name in marker_first:
       fs.rm_file(name)
   else:
     os.replace(path, target)

@@ -90,6 +90,8 @@ def truncate_jsonl(path: str, last_step: int) -> None:
   tmp = f'{path}.tmp'
   with open(tmp, 'w') as f:
     f.writelines(kept)
+    f.flush()
+    os.fsync(f.fileno())   # On disk before the name points at it.
   os.replace(tmp, path)
 
 

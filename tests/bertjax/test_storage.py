@@ -89,21 +89,25 @@ def test_a_path_with_glob_characters_is_found_as_it_is(base):
 
 def test_a_bucket_move_uncommits_a_checkpoint_step_first(gcs_bucket,
                                                         monkeypatch):
-  """Moving a committed orbax step out of a bucket deletes its commit
-  marker before anything else: a kill midway leaves no committed step with
-  files missing (sorted, '_CHECKPOINT_METADATA' and the manifest went
-  first)."""
+  """Moving a committed orbax step out of a bucket copies its commit
+  marker after everything else and deletes it before anything else: a
+  kill midway leaves no committed step with files missing at either end
+  (sorted, '_CHECKPOINT_METADATA' and the manifest come first)."""
   base = f'{gcs_bucket}/move-{os.getpid()}'
   for name in ('_CHECKPOINT_METADATA', 'bertjax_manifest.json',
                'commit_success.txt', 'state/a', 'state/b'):
     storage.write_text(f'{base}/4/{name}', name)
   fs, _ = storage._fs(base)  # pylint: disable=protected-access
-  removed = []
-  remove = fs.rm_file   # fsspec caches the instance storage uses.
+  removed, copied = [], []
+  remove, copy = fs.rm_file, fs.cp_file   # fsspec caches the instance.
   monkeypatch.setattr(fs, 'rm_file',
                       lambda p: (removed.append(p), remove(p)))
+  monkeypatch.setattr(fs, 'cp_file',
+                      lambda a, b: (copied.append(b), copy(a, b)))
   storage.move(f'{base}/4', f'{base}/aside/4')
   assert removed[0].endswith('/4/commit_success.txt') and len(removed) == 5
+  assert copied[-1].endswith('/aside/4/commit_success.txt')
+  assert len(copied) == 5
   assert storage.read_text(f'{base}/aside/4/commit_success.txt') == (
       'commit_success.txt')
   assert not storage.exists(f'{base}/4/state/a')
