@@ -134,12 +134,13 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
   ``baseline_mlm_accuracy``, the accuracy of predicting the most frequent
   token at the same positions.
   """
-  # ---- Checks that read no data and write nothing.
-  cfg, saved_meta = check_before_writing(cfg, workdir)
-
-  # ---- From here a preemption notice is watched for (the input and the
-  # compile take a while): it ends the run at the next step boundary.
+  # ---- From here a preemption notice is watched for (the checks may read
+  # a bucket, the input and the compile take a while): it ends the run at
+  # the next step boundary, or before the first, with the relaunch status.
   with preemption.PreemptionWatch() as watch:
+    # ---- Checks that read no data and write nothing.
+    cfg, saved_meta = check_before_writing(cfg, workdir)
+
     # ---- Mesh, and the rows of each global batch this process reads.
     place = make_placement(cfg)
     say(f'mesh {dict(place.mesh.shape)} over {place.mesh.size} device(s) '

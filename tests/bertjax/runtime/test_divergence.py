@@ -146,3 +146,24 @@ def test_sigterm_is_noticed_at_the_next_check_and_the_handler_restored():
     os.kill(os.getpid(), signal.SIGTERM)
     assert watch.reached(2)
   assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_checks_before_writing_run_under_the_preemption_watch(
+    monkeypatch):
+  """A notice during the first checks (they may read a bucket) is seen,
+  so the run ends with the relaunch status, not SIGTERM's default."""
+  from bertjax import train  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  def checks(cfg, workdir):
+    del cfg, workdir
+    seen.append(signal.getsignal(signal.SIGTERM))
+    raise RuntimeError('stop here')
+
+  monkeypatch.setattr(train, 'check_before_writing', checks)
+  before = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(RuntimeError, match='stop here'):
+    train.train_and_evaluate(None, 'unused')
+  assert isinstance(getattr(seen[0], '__self__', None),
+                    preemption.PreemptionWatch)
+  assert signal.getsignal(signal.SIGTERM) == before
