@@ -215,7 +215,10 @@ def rescale_schedule(cfg, steps: int) -> None:
   stages = continual_lib.scaled_stages(cfg.continual.stage_steps, steps)
   cfg.total_steps = steps
   cfg.num_train_steps = 0
-  cfg.optimizer.warmup_steps = max(1, round(fraction * steps))
+  # A preset with a warmup keeps at least one step of it; one without
+  # (a constant schedule, which refuses any) keeps none.
+  cfg.optimizer.warmup_steps = (max(1, round(fraction * steps)) if fraction
+                                else 0)
   cfg.continual.stage_steps = stages
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 import pytest
 
+from bertjax import config_lib
 from bertjax import intervals
 from bertjax.models import bert as bert_lib
 from bertjax import storage
@@ -70,6 +71,17 @@ def test_schedule_keeps_the_presets_warmup_fraction():
   compare.rescale_schedule(cfg, 500)   # BERT: 10k of 1M steps = 1%.
   assert (cfg.total_steps, cfg.optimizer.warmup_steps,
           cfg.num_train_steps) == (500, 5, 0)
+  compare.rescale_schedule(cfg, 20)    # 1% of 20 rounds to 0: one step.
+  assert cfg.optimizer.warmup_steps == 1
+
+
+def test_a_schedule_without_warmup_gets_none():
+  """A constant schedule refuses any warmup; the rescale adds none."""
+  cfg = compare.load_config(os.path.join(CONFIGS, 'bert.py'))
+  cfg.optimizer.schedule, cfg.optimizer.warmup_steps = 'constant', 0
+  compare.rescale_schedule(cfg, 500)
+  assert (cfg.total_steps, cfg.optimizer.warmup_steps) == (500, 0)
+  config_lib.validate(cfg)
 
 
 @pytest.mark.parametrize('runs, overrides, budget, extra, message', [
