@@ -256,7 +256,7 @@ class HuggingFace:
                       batch['masked_ids'], 1)
     as_tensor = lambda x: torch.as_tensor(np.asarray(x, np.int64),
                                           device=device)
-    self._inputs = {
+    self.inputs = {
         'input_ids': as_tensor(batch['input_ids']),
         'token_type_ids': as_tensor(batch['token_type_ids']),
         'attention_mask': as_tensor(batch['attention_mask']),
@@ -264,11 +264,10 @@ class HuggingFace:
         'next_sentence_label': as_tensor(batch['next_sentence_labels']),
     }
     if head == 'masked':
-      del self._inputs['labels']
-      self._inputs |= {'masked_positions': as_tensor(
+      del self.inputs['labels']
+      self.inputs |= {'masked_positions': as_tensor(
           batch['masked_positions']), 'masked_ids': as_tensor(
               batch['masked_ids'])}
-    self.inputs = self._inputs
     self._dtype = torch.bfloat16 if args.dtype == 'bfloat16' else None
     self.compile_seconds = 0.0
     if not warm:
@@ -284,7 +283,7 @@ class HuggingFace:
     self._optimizer.zero_grad(set_to_none=True)
     with torch.autocast('cuda' if self.cuda else 'cpu', dtype=self._dtype,
                         enabled=self._dtype is not None):
-      out = self._model(**self._inputs)
+      out = self._model(**self.inputs)
       loss = out.loss if self.head == 'all' else out
     loss.backward()
     torch.nn.utils.clip_grad_norm_(self._model.parameters(), 1.0)
@@ -368,7 +367,7 @@ def heads_agree(args) -> float:
   peer = HuggingFace(args, compiled=False, head='all', warm=False)
   masked = HuggingFace(args, compiled=False, head='masked', warm=False)
   with torch.no_grad():
-    a = peer.model.eval()(**peer.inputs).loss
+    a = peer.module.eval()(**peer.inputs).loss
     masked.model.load_state_dict(peer.model.state_dict())
     b = masked.module.eval()(**masked.inputs)
   return abs(float(a) - float(b))
