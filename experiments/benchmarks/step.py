@@ -18,8 +18,9 @@ side: as shipped, its MLM head projecting every position onto the
 vocabulary (the unmasked ones labelled -100), and with the head applied to
 the gathered masked positions only, as google-research/bert and bertjax do
 (the same loss, checked at the initial weights; at seq 128 and 20
-predictions the shipped head is 2.4x the step's FLOPs). Sizes: ``cpu`` is L4/H256/A4,
-FFN 1024 (BERT-mini), ``base`` and ``large`` are BERT's; vocabulary 30522.
+predictions the shipped head is 2.4x the step's FLOPs). Sizes: ``cpu``
+is L4/H256/A4, FFN 1024 (BERT-mini), ``base`` and ``large`` are BERT's;
+vocabulary 30522.
 
 ``--input=pipeline`` feeds bertjax's step from the real input pipeline
 instead (the embedded corpus, its 2000-piece demo tokenizer, NSP pairs at

@@ -22,8 +22,9 @@ printed as it starts and the launcher stops at the first that fails.
    ``git archive`` of the committed HEAD (uncommitted changes are not
    shipped: the launcher warns about them, and a config file HEAD does
    not hold stops it before the pre-flight and the slice), copied with
-   ``tpu-vm scp`` and unpacked into ``~/bertjax``; with ``--repo_url`` and ``--commit``, a
-   ``git clone`` and checkout on every worker instead.
+   ``tpu-vm scp`` and unpacked into ``~/bertjax``; with ``--repo_url``
+   and ``--commit``, a ``git clone`` and checkout on every worker
+   instead.
 3. ``pip install -e . 'jax[tpu]'`` on every worker, libtpu from the JAX
    find-links page; the jax version is the one setup.py allows.
 4. ``python3 -m bertjax.train --multihost=on ...`` on every worker: one
