@@ -534,9 +534,10 @@ def table(result: dict) -> str:
       '', "The peer's two heads give the same loss at its initial weights "
       f'(difference {gathered["loss_difference"]:.1e}); the shipped one '
       'projects every position onto the vocabulary, the gathered one and '
-      "bertjax's only the masked ones."]) + ([] if 'profile' not in result else [
-      '', profile_summary.table(result['profile'], result['profile']['steps'])
-  ]))
+      "bertjax's only the masked ones."]) + (
+          [] if 'profile' not in result else [
+              '', profile_summary.table(result['profile'],
+                                        result['profile']['steps'])]))
 
 
 def fill_defaults(args):
