@@ -36,13 +36,23 @@ TINY_MODEL = {
 TINY = {**TINY_DATA, **TINY_MODEL, 'optimizer.warmup_steps': 2}
 
 
-def load_module(name: str):
-  """The module ``experiments/configs/NAME.py``."""
-  spec = importlib.util.spec_from_file_location(
-      f'{name}_preset', os.path.join(CONFIGS, f'{name}.py'))
+def _load_file(name: str, path: str):
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def load_module(name: str):
+  """The module ``experiments/configs/NAME.py``."""
+  return _load_file(f'{name}_preset', os.path.join(CONFIGS, f'{name}.py'))
+
+
+def load_experiment(script: str, name: str = ''):
+  """The script ``experiments/SCRIPT`` as a module, named ``name`` (else
+  after its file)."""
+  return _load_file(name or os.path.splitext(os.path.basename(script))[0],
+                    os.path.join(REPO, 'experiments', script))
 
 
 def load_preset(name: str, arg=None):

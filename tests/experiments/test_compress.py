@@ -3,7 +3,6 @@ importance and a LayerDrop run's layers kept, each written as a directory
 that pretraining continues from and export takes; bad requests fail
 before anything is written."""
 
-import importlib.util
 import json
 import os
 
@@ -25,12 +24,7 @@ from bertjax.models import heads as heads_lib
 import preset_helpers
 import teacher_helpers
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location(
-    'compress_cli', os.path.join(REPO, 'experiments', 'compress.py'))
-cli = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cli)
+cli = preset_helpers.load_experiment('compress.py', 'compress_cli')
 
 # The tiny demo at 3 layers of 2 heads, LayerDrop on.
 FIELDS = {**preset_helpers.TINY, 'model.num_layers': 3,

@@ -3,7 +3,6 @@ an earlier attempt is refused before anything runs (locally and in a
 bucket), and the comparison sees a parameter either run lacks. The kills
 themselves are in tests/fault/test_faults.py."""
 
-import importlib.util
 import os
 import types
 
@@ -13,12 +12,9 @@ import pytest
 from bertjax import runs
 from bertjax import storage
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location(
-    'kill_resume', os.path.join(REPO, 'experiments', 'kill_resume.py'))
-kill_resume = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kill_resume)
+import preset_helpers
+
+kill_resume = preset_helpers.load_experiment('kill_resume.py')
 
 
 def _no_training(*args, **kwargs):

@@ -1,22 +1,14 @@
 """experiments/preset_check.py's short runs: a continual preset, however
 its spec is written, gets stages that cover the 20 steps; others none."""
 
-import importlib.util
-import os
-
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+import preset_helpers
 
 
 @pytest.fixture(scope='module')
 def preset_check():
-  spec = importlib.util.spec_from_file_location(
-      'preset_check', os.path.join(REPO, 'experiments', 'preset_check.py'))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return preset_helpers.load_experiment('preset_check.py')
 
 
 @pytest.mark.parametrize('spec, stages', [
