@@ -8,6 +8,7 @@ package's formats (see its docstring); labels become ids.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -38,7 +39,7 @@ def _read_jsonl(path: str) -> list[Located]:
   records = []
   # Lines end at line breaks only (JSON keeps U+2028 unescaped in a
   # string); a byte-order mark (Windows editors write one) is not text.
-  text = corpus_lib.read_text(path).removeprefix('\ufeff')
+  text = _read_utf8(path)
   for number, line in enumerate(corpus_lib.split_lines(text), 1):
     if not line.strip():
       continue
@@ -57,16 +58,38 @@ def _read_jsonl(path: str) -> list[Located]:
 
 def _read_csv(path: str) -> list[Located]:
   records = []
-  # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark.
-  with open(path, newline='', encoding='utf-8-sig', errors='replace') as f:
-    reader = csv.DictReader(f)
-    for row in reader:
-      # Missing trailing cells come back as None: a missing field.
-      record = {k: v for k, v in row.items() if k is not None and
-                v is not None}
-      if any(v.strip() for v in record.values()):
-        records.append((f'{path}:{reader.line_num}', record))
+  reader = csv.DictReader(io.StringIO(_read_utf8(path), newline=''))
+  for row in reader:
+    where = f'{path}:{reader.line_num}'
+    if None in row:
+      # DictReader files surplus cells under None: an unquoted comma,
+      # which shifts the label into the text.
+      raise base.TaskError(
+          f'{where}: {len(reader.fieldnames) + len(row[None])} cells but '
+          f'the header has {len(reader.fieldnames)} '
+          f'({", ".join(reader.fieldnames)}). Quote fields that hold a '
+          'comma ("well, I liked it").')
+    # Missing trailing cells come back as None: a missing field.
+    record = {k: v for k, v in row.items() if v is not None}
+    if any(v.strip() for v in record.values()):
+      records.append((where, record))
   return records
+
+
+def _read_utf8(path: str) -> str:
+  """The text of a task file, without a byte-order mark (Excel's "CSV
+  UTF-8" and Windows editors write one). Not UTF-8 is an error: replaced
+  characters would change the examples unseen."""
+  with corpus_lib.open_binary(path) as f:
+    data = f.read()
+  try:
+    return data.decode('utf-8').removeprefix('\ufeff')
+  except UnicodeDecodeError as e:
+    line = data[:e.start].count(b'\n') + 1
+    raise base.TaskError(
+        f'{path}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset '
+        f'{e.start}). Convert the file, e.g. iconv -f latin1 -t utf-8.'
+        ) from e
 
 
 def _read_records(path: str) -> list[Located]:
@@ -135,9 +158,11 @@ class _LabelMap:
   """Maps raw labels (names or ids) to ids, and knows the label names.
 
   With ``label_names`` given, a label is one of the names or an id into
-  them. Without, labels that are all integers (or integer strings, as CSV
-  gives them) keep their values as ids, named '0'..'K-1'; otherwise the
-  sorted unique training labels are the names.
+  them; when the names are all integers (star ratings '1'..'5'), only a
+  name, so that a JSON 1 and a CSV '1' are both class '1'. Without,
+  labels that are all integers (or integer strings, as CSV gives them)
+  keep their values as ids, named '0'..'K-1'; otherwise the sorted unique
+  training labels are the names.
   """
 
   def __init__(self, train_values: list[tuple[str, object]],
@@ -159,17 +184,38 @@ class _LabelMap:
       self.names = tuple(sorted({str(v) for _, v in train_values}))
       self.as_ids = False
     self._index = {name: i for i, name in enumerate(self.names)}
+    # Given names that are all integers (star ratings '1'..'5') make an
+    # integer label a name: read as an id as well, a JSON 1 (class '2')
+    # and a CSV '1' (class '1') would differ.
+    self._ids_allowed = self.given and not all(
+        _is_int_like(name) for name in self.names)
 
   def __call__(self, value, where: str) -> int:
-    if self.as_ids or (self.given and not (isinstance(value, str) and
-                                           value in self._index)):
-      if _is_int_like(value) and 0 <= int(value) < len(self.names):
-        return int(value)
-    elif str(value) in self._index:
+    as_id = ((self.as_ids or self._ids_allowed) and _is_int_like(value)
+             and 0 <= int(value) < len(self.names))
+    as_name = not self.as_ids and str(value) in self._index
+    if as_id and as_name and self._index[str(value)] != int(value):
+      raise base.TaskError(
+          f'{where}: label {value!r} is both the name of class '
+          f'{self._index[str(value)]} and the id of class {int(value)}. '
+          'Write every label as one of the names.')
+    if as_name:
       return self._index[str(value)]
+    if as_id:
+      return int(value)
     raise base.TaskError(
         f'{where}: label {value!r} is not one of the labels {self.names}' +
-        (' (nor an id into them)' if self.given else '') + '.')
+        (' (nor an id into them)' if self._ids_allowed else '') + '.')
+
+
+def _check_bio(names: Sequence[str], train_path: str) -> None:
+  """Entity F1 reads BIO (or IOB1) tags; in IOBES or BILOU tags it would
+  miss every single-word entity (S-/U-) and cut others at E-/L-."""
+  other = sorted(n for n in names if n[:2] in ('E-', 'S-', 'L-', 'U-'))
+  if other and any(n.startswith(('B-', 'I-')) for n in names):
+    raise base.TaskError(
+        f'{train_path!r}: tags {other} are IOBES/BILOU; entity F1 needs BIO '
+        'tags. Convert them (S-X and U-X to B-X, E-X and L-X to I-X).')
 
 
 def _check_eval_labels(eval_values, train_ids: set, train_path: str,
@@ -399,6 +445,7 @@ def load_files(kind: str, train_path: str, eval_path: str, *,
   elif kind == 'token':
     splits, names = _token_examples(records, train_path, words_field,
                                     labels_field, label_names)
+    _check_bio(names, train_path)
     if not any(n.startswith(('B-', 'I-')) for n in names):
       metrics = ('accuracy',)  # No BIO tags: entities are undefined.
   else:

@@ -174,3 +174,58 @@ def test_load_files_format_errors(tmp_path):
     downstream.load_files('classification', short_row, good)
   with pytest.raises(TaskError, match='kind'):
     downstream.load_files('ranking', good, good)
+
+
+def test_integer_label_names_read_the_same_in_jsonl_and_csv(tmp_path):
+  """Star ratings '1'..'5': a JSON 5 and a CSV '5' are both class '5' (an
+  id reading would shift JSON labels by one and refuse 5)."""
+  stars = ('1', '2', '3', '4', '5')
+  rows = [{'text': f't{i}', 'label': i} for i in range(1, 6)]
+  jsonl = _jsonl(tmp_path / 'a.jsonl', rows)
+  csv_path = _csv(tmp_path / 'a.csv', ['text', 'label'],
+                  [[r['text'], str(r['label'])] for r in rows])
+  for path in (jsonl, csv_path):
+    task = downstream.load_files('classification', path, path,
+                                 label_names=stars)
+    assert [e['label'] for e in task.train] == [0, 1, 2, 3, 4]
+  # Names that are not all integers still take ids into them ...
+  ids = _jsonl(tmp_path / 'ids.jsonl', [{'text': 'a', 'label': 1},
+                                        {'text': 'b', 'label': 'neg'}])
+  task = downstream.load_files('classification', ids, ids,
+                               label_names=('neg', 'pos'))
+  assert [e['label'] for e in task.train] == [1, 0]
+  # ... unless a label is a name of one class and the id of another.
+  with pytest.raises(TaskError, match=r"label 1 is both the name of class 0 "
+                     r'and the id of class 1'):
+    downstream.load_files('classification', ids, ids,
+                          label_names=('1', 'neg'))
+
+
+def test_csv_rows_with_surplus_cells_and_non_utf8_files_are_refused(
+    tmp_path):
+  # An unquoted comma: 'I liked it' would become the label.
+  (tmp_path / 'a.csv').write_text('text,label\ngood,pos\n'
+                                  'well, I liked it,pos\n')
+  with pytest.raises(TaskError, match=r'a\.csv:3: 3 cells but the header '
+                     r'has 2 \(text, label\)\. Quote fields'):
+    downstream.load_files('classification', str(tmp_path / 'a.csv'),
+                          str(tmp_path / 'a.csv'))
+  for name, line in (('b.csv', 3), ('b.jsonl', 2)):
+    rows = ('text,label\nok,pos\ncaf\xe9,neg\n' if name.endswith('csv') else
+            '{"text": "ok", "label": "pos"}\n'
+            '{"text": "caf\xe9", "label": "neg"}\n')
+    (tmp_path / name).write_bytes(rows.encode('latin-1'))
+    with pytest.raises(TaskError, match=name.replace('.', r'\.') +
+                       f':{line}: not UTF-8 \\(byte 0xe9'):
+      downstream.load_files('classification', str(tmp_path / name),
+                            str(tmp_path / name))
+
+
+def test_iobes_tags_are_refused_for_entity_f1(tmp_path):
+  path = _jsonl(tmp_path / 'ner.jsonl', [
+      {'words': ['Ada', 'Lovelace', 'wrote'],
+       'labels': ['B-PER', 'E-PER', 'O']},
+      {'words': ['Paris'], 'labels': ['S-LOC']}])
+  with pytest.raises(TaskError, match=r"tags \['E-PER', 'S-LOC'\] are "
+                     'IOBES/BILOU'):
+    downstream.load_files('token', path, path)
