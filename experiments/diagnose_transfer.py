@@ -10,9 +10,11 @@ fine-tuning task's training inputs, and prints a markdown table of:
 - inputs: whether the downstream rows are laid out as pretraining's
   ([CLS] first, [SEP] after the real tokens, the token types used, real
   lengths, unknown pieces), against the run's held-out pretraining batches;
-- representations: how alike the [CLS] states, the pooler's outputs and the
-  mean-pooled states are across different inputs (mean pairwise cosine; a
-  collapsed representation is near 1), and how saturated the tanh pooler is;
+- representations: how alike the [CLS] states, what the classifier reads
+  (the pooler's output, or the [CLS] state with ``pooling='first'``) and
+  the mean-pooled states are across different inputs (mean pairwise
+  cosine; a collapsed representation is near 1), and how saturated the
+  tanh pooler is;
 - scales: word-embedding norms, LayerNorm gains, the final states' spread;
 - the first fine-tuning step: the task loss and each block's gradient norm
   (what the first update sees), and what the fine-tuning optimizer starts
@@ -26,6 +28,7 @@ import os
 import sys
 
 import flax
+from flax import linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,7 +42,6 @@ from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import runs  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 from bertjax.models import bert as bert_lib  # pylint: disable=g-import-not-at-top
-from bertjax.models import heads  # pylint: disable=g-import-not-at-top
 from data_pipelines import pipeline  # pylint: disable=g-import-not-at-top
 from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
@@ -74,6 +76,28 @@ def _mean_cosine(x: np.ndarray) -> float:
   return float((sim.sum() - np.trace(sim)) / (n * (n - 1)))
 
 
+def _head_input(model, params, args) -> jax.Array:
+  """What the classifier reads: the model's own pooling (``cfg.pooling``,
+  the layer mix) on the way, caught as the classifier is called."""
+  seen = []
+
+  def catch(next_fun, call_args, kwargs, context):
+    if (context.module.name == 'classifier' and
+        context.method_name == '__call__'):
+      seen.append(call_args[0])
+    return next_fun(*call_args, **kwargs)
+
+  with nn.intercept_methods(catch):
+    model.apply({'params': params}, *args)
+  return seen[-1]
+
+
+# What the classifier reads, per pooling (heads.DownstreamModel).
+_HEAD_INPUT = {'cls': 'pooler output of [CLS]',
+               'mean': 'pooler output of the mean state',
+               'first': '[CLS] state, no pooler'}
+
+
 def representations(model, params, rows: dict) -> dict[str, float]:
   """Similarity of what the head reads, across inputs."""
   args = [jnp.asarray(rows[k]) for k in ('input_ids', 'token_type_ids',
@@ -83,24 +107,29 @@ def representations(model, params, rows: dict) -> dict[str, float]:
   def encode(params):
     bound = model.bind({'params': params})
     x = bound.embeddings(args[0], args[1], True)
-    return bert_lib.run_layers(cfg, bound.layers, x, args[0], args[2], True,
-                               all_layers=False)
+    states = bert_lib.run_layers(cfg, bound.layers, x, args[0], args[2],
+                                 True, all_layers=False)
+    return states, _head_input(model, params, args)
 
-  states = np.asarray(jax.jit(encode)(params))
+  states, head = (np.asarray(x) for x in jax.jit(encode)(params))
   mask = np.asarray(rows['attention_mask'])[..., None]
   cls = states[:, 0]
-  pooled = np.tanh(cls @ np.asarray(params['pooler']['kernel'])
-                   + np.asarray(params['pooler']['bias']))
   mean = (states * mask).sum(1) / mask.sum(1)
-  return {
+  read = _HEAD_INPUT[model.pooling] + (
+      ', layer mix' if model.layer_mix else '')
+  out = {
       '[CLS] state: mean pairwise cosine': _mean_cosine(cls),
-      'pooler output: mean pairwise cosine': _mean_cosine(pooled),
-      'pooler output: share saturated (abs > 0.99)': float(
-          np.mean(np.abs(pooled) > 0.99)),
+      f'head input ({read}): mean pairwise cosine': _mean_cosine(head),
+  }
+  if model.pooling != 'first':   # tanh(pooler(...)).
+    out['head input: share saturated (abs > 0.99)'] = float(
+        np.mean(np.abs(head) > 0.99))
+  out.update({
       'mean-pooled state: mean pairwise cosine': _mean_cosine(mean),
       'final states: std over inputs, per feature (mean)': float(
           cls.std(0).mean()),
-  }
+  })
+  return out
 
 
 def scales(params: dict) -> dict[str, float]:
@@ -149,17 +178,23 @@ def diagnose(init: str, cfg) -> str:
                      'tasks.')
   data = finetune.encode_examples(cfg, task, task.train[:NUM_INPUTS],
                                   pretrained.tokenizer)
-  model = heads.DownstreamModel(model_cfg, 'classification', task.num_labels,
-                                pooling=cfg.pooling)
+  # As finetune.py builds and initializes it: the random-init control.
+  model = finetune.downstream_model(cfg, model_cfg, task)
   dummy = jnp.zeros((1, cfg.max_seq_length), jnp.int32)
   random = model.init(jax.random.fold_in(jax.random.key(cfg.seed),
                                          finetune.INIT_KEY),
                       dummy, dummy, dummy + 1)['params']
   random = flax.core.meta.unbox(random)   # Drop the logical-axis boxes.
-  flat = flax.traverse_util.flatten_dict(random)
-  flat.update(flax.traverse_util.flatten_dict(pretrained.params))
-  loaded = flax.traverse_util.unflatten_dict(flat)
-  has_pooler = 'pooler' in pretrained.params
+  # The encoder (and the pooler, where the head has one) as finetune.py
+  # puts it in.
+  loaded = finetune.load_encoder(random, random, pretrained.params)
+  if cfg.pooling == 'first':
+    pooler = 'not used (pooling=\'first\').'
+  elif 'pooler' in pretrained.params:
+    pooler = 'the run\'s (trained by NSP/SOP).'
+  else:
+    pooler = ('random: the run trained none (no NSP/SOP), as in Hugging '
+              'Face\'s from_pretrained.')
   first_batch = {k: v[:cfg.batch_size] for k, v in data.items()}
 
   run = runs.load_run(init)
@@ -182,9 +217,7 @@ def diagnose(init: str, cfg) -> str:
            f'{len(data["input_ids"])} training inputs of {task.name}, '
            f'max_seq_length {cfg.max_seq_length}; random weights from the '
            f'fine-tuning seed {cfg.seed}. The pretrained pooler is '
-           + ('the run\'s (trained by NSP/SOP).' if has_pooler else
-              'random: the run trained none (no NSP/SOP), as in Hugging '
-              'Face\'s from_pretrained.'),
+           + pooler,
            'The fine-tuning optimizer starts fresh: Adam moments at 0 and '
            'the schedule at step 0 (finetune.py initializes it on the '
            'trainable parameters; the pretraining optimizer state is not '

@@ -52,3 +52,15 @@ def test_diagnosis_reads_layout_representations_scales_and_gradients(
       'classifier', 'embeddings', 'layer_0', 'layer_1', 'pooler'}
   assert all(v > 0 for pair in gradients.values() for v in pair)
   assert 'the run\'s (trained by NSP/SOP)' in markdown
+  # With pooling='first' (ELECTRA's) the classifier reads the [CLS] state:
+  # there is no pooler to read or to saturate.
+  cfg.pooling = 'first'
+  markdown = diagnose_transfer.diagnose(run, cfg)
+  representations = _cells(markdown, 'Representations')
+  assert (representations['head input ([CLS] state, no pooler): mean '
+                          'pairwise cosine'] ==
+          representations['[CLS] state: mean pairwise cosine'])
+  assert 'head input: share saturated (abs > 0.99)' not in representations
+  gradients = _cells(markdown, 'First fine-tuning step (one batch)')
+  assert 'gradient norm: pooler' not in gradients
+  assert "not used (pooling='first')" in markdown
