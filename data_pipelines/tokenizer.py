@@ -34,7 +34,9 @@ _WORD_START = '\u2581'
 TRAINING_THREADS = 16
 # SentencePiece's normalization rules, without and with case folding.
 _NORMALIZATION = {False: 'nmt_nfkc', True: 'nmt_nfkc_cf'}
-_CASE_FOLDING_RULES = ('nmt_nfkc_cf', 'nfkc_cf')
+# ('albert_uncased': an imported ALBERT table that lowercases,
+# bertjax/interop/hf_tokenizer.py.)
+_CASE_FOLDING_RULES = ('nmt_nfkc_cf', 'nfkc_cf', 'albert_uncased')
 
 
 class TokenizerError(ValueError):

@@ -18,14 +18,19 @@ layout). What cannot be the same is said in ``save_tokenizer``'s docstring.
 
 An import (``load_tokenizer``) reads the SentencePiece model back; it must
 have bertjax's layout at ids 0-4 (bertjax's exports; ALBERT's
-``spiece.model``, whose ``<pad>`` and ``<unk>`` are renamed).
+``spiece.model``, whose ``<pad>`` and ``<unk>`` are renamed, and whose
+tokenizer's preprocessing goes into its normalization table).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tempfile
+import unicodedata
 
+import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from data_pipelines import tokenizer as tokenizer_lib
@@ -200,7 +205,11 @@ def _fast_tokenizer(proto):
       # "\r\n" is one grapheme, of which Precompiled (below) would map the
       # "\r" alone; SentencePiece maps both characters.
       steps.append(normalizers.Replace('\r\n', crlf))
-    if spec.name in ('nmt_nfkc', 'nfkc', 'nmt_nfkc_cf', 'nfkc_cf'):
+    if spec.name in ALBERT_NORMALIZATIONS:
+      # Two characters, so two graphemes, which Precompiled maps one by one.
+      steps += [normalizers.Replace('``', '"'), normalizers.Replace("''", '"')]
+    if spec.name in ('nmt_nfkc', 'nfkc', 'nmt_nfkc_cf', 'nfkc_cf',
+                     *ALBERT_NORMALIZATIONS):
       # Precompiled maps a grapheme by its shortest rule where SentencePiece
       # takes the longest, dropping the rest (see the docstring of
       # save_tokenizer); composing first hands it precomposed characters,
@@ -311,7 +320,10 @@ def load_tokenizer(directory: str) -> tokenizer_lib.Tokenizer:
   Reads ``tokenizer.model`` (bertjax's exports), else ``spiece.model``
   (ALBERT's), else ``sentencepiece.bpe.model``. Its ids 0-4 must be [PAD]
   [UNK] [CLS] [SEP] [MASK]; ALBERT's ``<pad>`` and ``<unk>`` at ids 0 and 1
-  are renamed (ids and scores unchanged).
+  are renamed (ids and scores unchanged). ALBERT's tokenizer rewrites the
+  text before SentencePiece sees it (``_fold_albert_preprocessing``): the
+  import puts that into the model's normalization table, so the model
+  reads what it was trained on.
 
   Raises:
     TokenizerError: the directory has no SentencePiece model (a WordPiece
@@ -339,10 +351,110 @@ def load_tokenizer(directory: str) -> tokenizer_lib.Tokenizer:
   if pieces == tokenizer_lib.SPECIAL_PIECES:
     return tokenizer_lib.Tokenizer(data)
   if pieces == ALBERT_PIECES:
+    lowercase, keep_accents = _albert_options(directory)
+    _fold_albert_preprocessing(proto, lowercase, keep_accents)
     return tokenizer_lib.Tokenizer(_renamed(proto))
   raise tokenizer_lib.TokenizerError(
       f'{path!r} is a SentencePiece model whose ids 0-4 are {pieces}. '
       f'{_NEEDS}')
+
+
+# What ALBERT's tokenizer does when tokenizer_config.json does not say:
+# transformers' AlbertTokenizer defaults, google-research/albert's uncased
+# models.
+_ALBERT_DEFAULTS = {'do_lower_case': True, 'keep_accents': False}
+# The normalization names of imported ALBERT tables; the first lowercases
+# (data_pipelines/tokenizer.py counts it as case folding).
+ALBERT_NORMALIZATIONS = ('albert_uncased', 'albert_cased')
+
+
+def _albert_options(directory: str) -> tuple[bool, bool]:
+  """(do_lower_case, keep_accents) from the directory's
+  tokenizer_config.json, transformers' defaults where it is silent."""
+  options = dict(_ALBERT_DEFAULTS)
+  path = os.path.join(directory, 'tokenizer_config.json')
+  if os.path.isfile(path):
+    try:
+      with open(path, encoding='utf-8') as f:
+        config = json.load(f)
+    except ValueError as e:
+      raise tokenizer_lib.TokenizerError(
+          f'{path!r} is not JSON ({e}); it says whether ALBERT\'s tokenizer '
+          'lowercases (do_lower_case) and keeps accents (keep_accents).'
+          ) from e
+    options.update({k: config[k] for k in options
+                    if isinstance(config.get(k), bool)})
+  return options['do_lower_case'], options['keep_accents']
+
+
+def _fold_albert_preprocessing(proto, lowercase: bool,
+                               keep_accents: bool) -> None:
+  """Makes ``proto``'s normalization table do ALBERT's preprocessing too.
+
+  ALBERT's tokenizer (transformers' AlbertTokenizer, as google-research/
+  albert's ``preprocess_text``) turns `` and '' into ", then, unless
+  ``keep_accents``, decomposes (NFKD) and drops the marks, then, with
+  ``do_lower_case``, lowercases; only then does SentencePiece normalize.
+  The new table maps each character, and each decomposed sequence, to
+  what that chain gives (tokenizers' own normalizers, then the model's
+  table), and `` and '' to ". What still differs: a sequence the model's
+  table composes across characters that no single character decomposes
+  to (compatibility jamo typed one by one).
+  """
+  # Imported here, as in the export: only an ALBERT import needs it.
+  from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
+  steps = [normalizers.Replace('``', '"'), normalizers.Replace("''", '"')]
+  if not keep_accents:
+    steps += [normalizers.NFKD(), normalizers.StripAccents()]
+  if lowercase:
+    steps.append(normalizers.Lowercase())
+  chain = normalizers.Sequence(steps)
+  # The model's own table, without its whitespace handling (kept below).
+  bare = sentencepiece_model_pb2.ModelProto()
+  bare.CopyFrom(proto)
+  spec = bare.normalizer_spec
+  spec.add_dummy_prefix = spec.remove_extra_whitespaces = False
+  spec.escape_whitespaces = False
+  table = spm.SentencePieceProcessor(model_proto=bare.SerializeToString())
+
+  def chained(texts: list[str]) -> list[str]:
+    # One call for all: NUL (which no step alters) separates the texts.
+    return chain.normalize_str('\0'.join(texts)).split('\0')
+
+  chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+  before = chained(chars[1:])   # Not NUL itself, the separator.
+  single = dict(zip(chars, table.normalize(['\0'] + before)))
+  rules = {c: out for c, out in single.items() if out != c}
+  sequences = sorted({'``', "''"} | {
+      x for c, y in zip(chars[1:], before)
+      for x in (unicodedata.normalize('NFKD', c), y) if len(x) > 1})
+  for text, out in zip(sequences, table.normalize(chained(sequences))):
+    if out != ''.join(single[c] for c in text):
+      rules[text] = out
+  spec = proto.normalizer_spec
+  spec.precompiled_charsmap = _compiled_table(rules)
+  spec.name = ALBERT_NORMALIZATIONS[0 if lowercase else 1]
+
+
+def _compiled_table(rules: dict[str, str]) -> bytes:
+  """SentencePiece's compiled normalization table of ``rules`` (longest
+  match first), built by its trainer from a rule file."""
+  def hex_points(text: str) -> str:
+    return ' '.join(f'{ord(c):X}' for c in text)
+
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, 'rules.tsv')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.writelines(f'{hex_points(a)}\t{hex_points(b)}\n'
+                   for a, b in rules.items())
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(['a']), model_writer=model, vocab_size=4,
+        model_type='char', normalization_rule_tsv=path, bos_id=-1,
+        eos_id=-1, hard_vocab_limit=False, minloglevel=2, num_threads=1)
+  trained = sentencepiece_model_pb2.ModelProto()
+  trained.ParseFromString(model.getvalue())
+  return trained.normalizer_spec.precompiled_charsmap
 
 
 _NEEDS = (

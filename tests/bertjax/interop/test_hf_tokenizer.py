@@ -279,6 +279,9 @@ def test_load_gives_back_the_exported_model(exported, model_type):
 def test_load_renames_albert_pad_and_unk(tokenizers, held_out, tmp_path):
   ours = tokenizers['unigram']
   (tmp_path / 'spiece.model').write_bytes(_albert_proto(ours.model_proto))
+  # A cased ALBERT tokenizer that keeps accents: the text as bertjax's.
+  (tmp_path / 'tokenizer_config.json').write_text(json.dumps(
+      {'do_lower_case': False, 'keep_accents': True}))
   loaded = hf_tokenizer.load_tokenizer(str(tmp_path))
   assert [loaded.id_to_piece(i) for i in range(5)] == list(
       tokenizer_lib.SPECIAL_PIECES)
@@ -292,6 +295,45 @@ def test_load_renames_albert_pad_and_unk(tokenizers, held_out, tmp_path):
   after.ParseFromString(loaded.model_proto)
   assert [(p.score, p.type) for p in after.pieces] == [
       (p.score, p.type) for p in before.pieces]
+
+
+@pytest.mark.parametrize('options', [
+    {}, {'do_lower_case': False, 'keep_accents': True}])
+def test_albert_import_reads_text_as_albert_tokenizer_does(
+    held_out, tmp_path, options):
+  """ALBERT's tokenizer lowercases, strips accents and turns `` into "
+  before SentencePiece (transformers' defaults, {}); the imported model
+  gives AlbertTokenizer's ids, and so does its export."""
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(s.lower() for s in _corpus_sentences(2000)),
+      model_writer=model, vocab_size=300, model_type='unigram', pad_id=0,
+      pad_piece='<pad>', unk_id=1, unk_piece='<unk>', bos_id=-1, eos_id=-1,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'], hard_vocab_limit=False,
+      minloglevel=2, num_threads=2)
+  (tmp_path / 'spiece.model').write_bytes(model.getvalue())
+  (tmp_path / 'tokenizer_config.json').write_text(json.dumps(options))
+  theirs = transformers.AlbertTokenizer.from_pretrained(str(tmp_path))
+  ours = hf_tokenizer.load_tokenizer(str(tmp_path))
+  assert ours.lowercases == (not options)
+  rng = np.random.default_rng(0)
+  pieces = [ours.id_to_piece(i).replace('\u2581', ' ')
+            for i in range(tokenizer_lib.NUM_SPECIAL, ours.vocab_size)]
+  odd = list(' \t\n\u00a0.,;()"\'`-09éüÉÜŒΩΣİẞﬁⅣＡ가東🙂') + [
+      '``', "''", 'NAÏVE Zürich', 'e\u0301', '\u1100\u1161']
+  texts = SENTENCES + held_out + [''.join(
+      rng.choice(pieces).upper() if rng.random() < 0.3 else
+      rng.choice(pieces) if rng.random() < 0.7 else rng.choice(odd)
+      for _ in range(rng.integers(1, 15))) for _ in range(1500)]
+  expected = [[2] + ids.tolist() + [3] for ids in ours.encode(texts)]
+  assert theirs(texts)['input_ids'] == expected
+  hf_tokenizer.save_tokenizer(ours, str(tmp_path / 'out'), 'albert',
+                              model_max_length=MAX_LENGTH)
+  exported = transformers.AutoTokenizer.from_pretrained(
+      str(tmp_path / 'out'))
+  assert exported(texts)['input_ids'] == expected
+  assert hf_tokenizer.load_tokenizer(str(tmp_path)).model_proto == (
+      ours.model_proto)   # The same table from the same files.
 
 
 def test_albert_with_user_defined_symbols_round_trips(held_out, tmp_path):
