@@ -82,6 +82,7 @@ from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import intervals  # pylint: disable=g-import-not-at-top
 from bertjax.runtime import metric_writers  # pylint: disable=g-import-not-at-top
 from bertjax import objectives  # pylint: disable=g-import-not-at-top
+from bertjax.objectives import mobilebert as mobilebert_lib  # pylint: disable=g-import-not-at-top
 from bertjax import storage  # pylint: disable=g-import-not-at-top
 from bertjax import train  # pylint: disable=g-import-not-at-top
 from data_pipelines import continual as continual_lib  # pylint: disable=g-import-not-at-top
@@ -209,16 +210,26 @@ def budget_steps(cfg, kind: str, amount: float,
 
 def rescale_schedule(cfg, steps: int) -> None:
   """Sets the schedule's length to ``steps``, keeping the preset's warmup
-  fraction (a paper's 10k warmup of 1M steps stays 1%) and a continual
-  run's stage fractions."""
-  fraction = cfg.optimizer.warmup_steps / max(cfg.total_steps, 1)
+  fraction (a paper's 10k warmup of 1M steps stays 1%; of the steps after
+  a hold, where the warmup runs), a continual run's stage fractions and
+  MobileBERT's progressive transfer's share (the lr held through it)."""
+  o = cfg.optimizer
+  fraction = o.warmup_steps / max(cfg.total_steps - o.hold_steps, 1)
   stages = continual_lib.scaled_stages(cfg.continual.stage_steps, steps)
+  hold = round(o.hold_steps * steps / max(cfg.total_steps, 1))
+  if cfg.objective.name == 'mobilebert' and cfg.mobilebert.steps_per_layer:
+    layers = mobilebert_lib.student_config(cfg, 128).num_layers
+    per_layer = max(1, round(cfg.mobilebert.steps_per_layer * steps /
+                             max(cfg.total_steps, 1)))
+    cfg.mobilebert.steps_per_layer = per_layer
+    hold = per_layer * layers   # mobilebert.check ties them.
   cfg.total_steps = steps
   cfg.num_train_steps = 0
+  o.hold_steps = hold
   # A preset with a warmup keeps at least one step of it; one without
   # (a constant schedule, which refuses any) keeps none.
-  cfg.optimizer.warmup_steps = (max(1, round(fraction * steps)) if fraction
-                                else 0)
+  o.warmup_steps = (max(1, round(fraction * (steps - hold))) if fraction
+                    else 0)
   cfg.continual.stage_steps = stages
 
 

@@ -16,6 +16,7 @@ import pytest
 from bertjax import config_lib
 from bertjax import intervals
 from bertjax.models import bert as bert_lib
+from bertjax.objectives import mobilebert
 from bertjax import storage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -82,6 +83,20 @@ def test_a_schedule_without_warmup_gets_none():
   compare.rescale_schedule(cfg, 500)
   assert (cfg.total_steps, cfg.optimizer.warmup_steps) == (500, 0)
   config_lib.validate(cfg)
+
+
+def test_mobilebert_keeps_its_transfer_share_and_held_lr():
+  """MobileBERT: 240k of 740k steps transfer layer by layer (lr held),
+  then a 10k warmup of the 500k after. At 1% the transfer keeps its share
+  and the hold its tie; the warmup is 2% of the steps after the hold."""
+  cfg = compare.load_config(os.path.join(CONFIGS, 'mobilebert.py'))
+  compare.rescale_schedule(cfg, 7400)
+  assert (cfg.total_steps, cfg.mobilebert.steps_per_layer,
+          cfg.optimizer.hold_steps, cfg.optimizer.warmup_steps) == (
+              7400, 100, 2400, 100)
+  errors = []
+  mobilebert.check(cfg, errors)
+  assert not [e for e in errors if 'hold_steps' in e], errors
 
 
 @pytest.mark.parametrize('runs, overrides, budget, extra, message', [
