@@ -192,6 +192,21 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def window_problems(cfg, kind: str) -> list[str]:
+  """What is wrong with a span task's windows (``doc_stride``,
+  ``max_seq_length``, ``max_query_length``); [] for other kinds."""
+  context = cfg.max_seq_length - cfg.max_query_length - 3
+  if kind != 'span' or 0 < cfg.doc_stride < context:
+    return []
+  return [f'doc_stride={cfg.doc_stride} with max_seq_length='
+          f'{cfg.max_seq_length} and max_query_length='
+          f'{cfg.max_query_length}: a window may hold as few as {context} '
+          'context tokens (under a question of max_query_length), and '
+          'windows that do not overlap lose every answer across their '
+          'boundary. Use a doc_stride below that (run_squad.py: '
+          'max_seq_length=384, doc_stride=128, max_query_length=64).']
+
+
 def validate(cfg, check_init: bool = True) -> None:
   """Every check that reads no data, with the field and allowed values
   (``check_init=False``: all but ``init``, for a run not trained yet)."""
@@ -238,6 +253,19 @@ def validate(cfg, check_init: bool = True) -> None:
         f'optimizer.warmup_proportion={cfg.optimizer.warmup_proportion} with '
         "optimizer.schedule='constant': a constant rate has no warmup; set "
         'warmup_proportion=0.')
+  for field, allowed in (('name', optim.OPTIMIZERS),
+                         ('decay_mask', optim.DECAY_MASKS),
+                         ('grad_clip', optim.GRAD_CLIPS)):
+    check(cfg.optimizer[field] in allowed,
+          f'optimizer.{field}={cfg.optimizer[field]!r}; use one of '
+          f'{allowed}.')
+  check(cfg.mode != 'gradual_unfreeze' or
+        cfg.optimizer.name == 'bert_adamw',
+        f'mode=gradual_unfreeze with optimizer.name='
+        f'{cfg.optimizer.name!r}: the step count its bias correction reads '
+        'is shared, so a layer unfrozen late would start its fresh moments '
+        'with a late step\'s correction (up to twice a fresh Adam\'s '
+        'update). Use bert_adamw (no bias correction), or mode=full.')
   check(0 <= cfg.optimizer.layerwise_lr_decay <= 1,
         f'optimizer.layerwise_lr_decay={cfg.optimizer.layerwise_lr_decay} '
         'must be in [0, 1]: 0 is off, ELECTRA takes 0.8 (0.9 for large).')
@@ -256,15 +284,7 @@ def validate(cfg, check_init: bool = True) -> None:
   kind = (cfg.task.kind if cfg.task.name == 'files'
           else downstream.tfds_kind(cfg.task.name))
   errors.extend(task_problems(cfg.task, kind, cfg.loss_reduction, 'task'))
-  context = cfg.max_seq_length - cfg.max_query_length - 3
-  check(kind != 'span' or 0 < cfg.doc_stride < context,
-        f'doc_stride={cfg.doc_stride} with max_seq_length='
-        f'{cfg.max_seq_length} and max_query_length={cfg.max_query_length}: '
-        f'a window may hold as few as {context} context tokens (under a '
-        'question of max_query_length), and windows that do not overlap '
-        'lose every answer across their boundary. Use '
-        'a doc_stride below that (run_squad.py: max_seq_length=384, '
-        'doc_stride=128, max_query_length=64).')
+  errors.extend(window_problems(cfg, kind))
   if check_init and cfg.init and not (
       storage.isdir(cfg.init) and checkpoint_lib.latest_step(
           os.path.join(cfg.init, 'checkpoints')) is not None):
@@ -757,6 +777,16 @@ def _check_resume(workdir: str, cfg) -> None:
         'resume).')
 
 
+def started_from(workdir: str, meta: str, pretrained: Pretrained) -> int:
+  """The pretrained step the run in ``workdir`` started from: as its
+  metadata file ``meta`` says when a checkpoint resumes it (with
+  ``init_step=0`` the init's latest step may have moved on since), else
+  ``pretrained``'s."""
+  saved = train_lib.binding_meta(workdir, meta)
+  return int((saved or {}).get('pretrained', {}).get('step',
+                                                     pretrained.step))
+
+
 def _place(value: np.ndarray, leaf: jax.ShapeDtypeStruct) -> jax.Array:
   """A host array onto ``leaf``'s sharding (each device takes its shard)."""
   if value.shape != leaf.shape:
@@ -775,6 +805,7 @@ def finetune(cfg, workdir: str) -> dict:
   validate(cfg)
   _check_resume(workdir, cfg)
   pretrained = load_pretrained(cfg.init, cfg.init_step)
+  init_step = started_from(workdir, _META, pretrained)
   model_cfg = downstream_config(cfg, pretrained)
 
   # ---- Task, encoded with the pretrained run's tokenizer.
@@ -788,7 +819,7 @@ def finetune(cfg, workdir: str) -> dict:
        f'dev / {len(task.eval)} eval examples, '
        f'{num_rows} train rows of {cfg.max_seq_length} tokens; '
        f'{total_steps} steps of {cfg.batch_size}; mode {cfg.mode}; '
-       f'{cfg.init_weights} weights from {cfg.init} step {pretrained.step}')
+       f'{cfg.init_weights} weights from {cfg.init} step {init_step}')
 
   # ---- Mesh, and the rows of each global batch this process reads.
   place = train_lib.make_placement(cfg)
@@ -809,7 +840,9 @@ def finetune(cfg, workdir: str) -> dict:
     state = restore_or_init(cfg, workdir, ckpt, steps, compiled, pretrained)
     if jax.process_index() == 0:
       train_lib.write_json_atomic(os.path.join(workdir, _META), {
-          'identity': _identity(cfg), 'config': cfg.to_dict()})
+          'identity': _identity(cfg), 'config': cfg.to_dict(),
+          'pretrained': {'workdir': storage.absolute(cfg.init),
+                         'step': init_step}})
     trained, parameters = parameter_counts(compiled.abstract_state.params,
                                            cfg)
     _say(f'{trained:,} of {parameters:,} parameters train')
@@ -824,7 +857,7 @@ def finetune(cfg, workdir: str) -> dict:
 
   # ---- downstream.json, for the compare tool.
   result = {'task': task.name, 'kind': task.kind, 'mode': cfg.mode,
-            'init': storage.absolute(cfg.init), 'init_step': pretrained.step,
+            'init': storage.absolute(cfg.init), 'init_step': init_step,
             'init_weights': cfg.init_weights, 'steps': total_steps,
             'headline': task.metrics[0], 'trainable_parameters': trained,
             'parameters': parameters, **scores}
@@ -1092,7 +1125,7 @@ class FinetuneLoop:
     cfg, train = self._cfg, self._data.train
     step = int(jax.device_get(state.step))
     num_rows = len(train['input_ids'])
-    t_last = time.time()
+    t_last, logged = time.time(), step
     while step < self.total_steps:
       row_ids = batch_rows(cfg.seed, step, num_rows, cfg.batch_size)
       state, metrics = self._compiled.train_step(
@@ -1100,7 +1133,9 @@ class FinetuneLoop:
       step += 1
       self.writer.advance(step)
       last = step == self.total_steps
-      if step % cfg.log_every_steps == 0 or last:
+      evaluate = last or (cfg.eval_every_steps and
+                          step % cfg.eval_every_steps == 0)
+      if step % cfg.log_every_steps == 0 or evaluate:
         metrics = jax.device_get(metrics)
         if not np.isfinite(metrics['loss']):
           raise FloatingPointError(
@@ -1108,11 +1143,9 @@ class FinetuneLoop:
               'optimizer.learning_rate.')
         entry = {k: float(v) for k, v in metrics.items()}
         now = time.time()
-        entry['steps_per_second'] = cfg.log_every_steps / max(now - t_last,
-                                                              1e-9)
-        t_last = now
-        if last or (cfg.eval_every_steps and
-                    step % cfg.eval_every_steps == 0):
+        entry['steps_per_second'] = (step - logged) / max(now - t_last, 1e-9)
+        t_last, logged = now, step
+        if evaluate:
           entry.update({f'eval_{k}': v for k, v in
                         self.evaluate(state.params).items()})
         self.writer.write(step, entry)

@@ -230,9 +230,11 @@ def validate(cfg, check_init: bool = True) -> None:
     check(t.examples_per_class >= 0,
           f'tasks.{key}.examples_per_class={t.examples_per_class} must be '
           '>= 0 (0 = all).')
-    errors.extend(finetune.task_problems(
-        t, t.kind if t.name == 'files' else downstream.tfds_kind(t.name),
-        cfg.loss_reduction, f'tasks.{key}'))
+    kind = t.kind if t.name == 'files' else downstream.tfds_kind(t.name)
+    errors.extend(finetune.task_problems(t, kind, cfg.loss_reduction,
+                                         f'tasks.{key}'))
+    errors.extend(f'tasks.{key}: {problem}'
+                  for problem in finetune.window_problems(cfg, kind))
     source = _source(t)
     check(source not in seen, f'tasks.{key} and tasks.{seen.get(source)} '
           f'are the same task (name={t.name!r}, train_path='
@@ -574,6 +576,7 @@ def multitask(cfg, workdir: str) -> dict:
   _check_resume(workdir, cfg)
   keys = task_keys(cfg)
   pretrained = finetune.load_pretrained(cfg.init, cfg.init_step)
+  init_step = finetune.started_from(workdir, META, pretrained)
   model_cfg = finetune.downstream_config(finetune_config(cfg, keys[0]),
                                          pretrained)
 
@@ -593,7 +596,7 @@ def multitask(cfg, workdir: str) -> dict:
          f'({steps_m * cfg.batch_size / n:.2f} epochs)')
   _say(f'{cfg.mixing} mixing (cap {cfg.mixing_cap}, temperature '
        f'{cfg.mixing_temperature}); {cfg.init_weights} weights from '
-       f'{cfg.init} step {pretrained.step}')
+       f'{cfg.init} step {init_step}')
 
   # ---- Mesh, model and optimizer.
   place = train_lib.make_placement(cfg)
@@ -617,7 +620,7 @@ def multitask(cfg, workdir: str) -> dict:
       train_lib.write_json_atomic(os.path.join(workdir, META), {
           'identity': _identity(cfg), 'config': cfg.to_dict(),
           'pretrained': {'workdir': storage.absolute(cfg.init),
-                         'step': pretrained.step}})
+                         'step': init_step}})
 
     # ---- Train loop.
     loop = MultitaskLoop(cfg, workdir, place, data, compiled, ckpt, sampler,
@@ -636,7 +639,7 @@ def multitask(cfg, workdir: str) -> dict:
             'mixing_cap': cfg.mixing_cap,
             'mixing_temperature': cfg.mixing_temperature,
             'steps': total_steps, 'init': storage.absolute(cfg.init),
-            'init_step': pretrained.step, 'init_weights': cfg.init_weights,
+            'init_step': init_step, 'init_weights': cfg.init_weights,
             'parameters': sum(int(np.prod(x.shape)) for x in jax.tree.leaves(
                 compiled.abstract_state.params))}
   if jax.process_index() == 0:

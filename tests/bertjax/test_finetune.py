@@ -3,6 +3,7 @@ encoder loads from every objective, losses match references."""
 
 import json
 import os
+import re
 import shutil
 
 import flax
@@ -467,6 +468,23 @@ def test_span_windows_that_cannot_overlap_are_refused():
           squad.optimizer.learning_rate) == (384, 128, 64, 5e-5)
 
 
+@pytest.mark.parametrize('fields, message', [
+    ({'optimizer.grad_clip': 'per-tensor'},
+     "optimizer.grad_clip='per-tensor'; use one of ('global', 'per_tensor')"),
+    ({'optimizer.name': 'adam'}, "optimizer.name='adam'; use one of"),
+    ({'optimizer.decay_mask': 'kernels'}, "optimizer.decay_mask='kernels'"),
+    # A layer unfrozen late would take a late step's bias correction.
+    ({'mode': 'gradual_unfreeze', 'optimizer.name': 'adamw'},
+     "mode=gradual_unfreeze with optimizer.name='adamw'"),
+])
+def test_optimizer_fields_are_checked_before_any_work(fields, message):
+  cfg = _config(fields.pop('mode', 'full'))
+  cfg.init = 'a run'
+  preset_helpers.set_fields(cfg, fields)
+  with pytest.raises(finetune.FinetuneError, match=re.escape(message)):
+    finetune.validate(cfg, check_init=False)
+
+
 def test_bad_config_fails_before_any_work(tmp_path):
   cfg = _config('sideways')
   cfg.init = str(tmp_path / 'nothing')
@@ -642,6 +660,37 @@ def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks, full,
   for field, value in (('num_epochs', 0.5), ('optimizer.learning_rate', 3e-3)):
     with pytest.raises(finetune.FinetuneError, match=field.split('.')[0]):
       _run(pretrained, tasks, tmp_path / 'a', 'full', **{field: value})
+
+
+@pytest.mark.e2e
+def test_a_resumed_run_reports_the_step_it_started_from(pretrained, tasks,
+                                                         full, tmp_path):
+  """With init_step=0 the init's latest checkpoint may move on while a
+  fine-tuning runs; resumed, the run keeps and reports the step it
+  started from (here as if the init had since trained one step more)."""
+  first_dir, first = full
+  shutil.copytree(first_dir, tmp_path / 'a')
+  meta_path = tmp_path / 'a' / 'finetune_meta.json'
+  meta = json.loads(meta_path.read_text())
+  assert meta['pretrained']['step'] == first['init_step']
+  meta['pretrained']['step'] = first['init_step'] - 1
+  meta_path.write_text(json.dumps(meta))
+  again = _run(pretrained, tasks, tmp_path / 'a', 'full')   # Resumes at 8.
+  assert again['init_step'] == first['init_step'] - 1
+  assert json.loads(meta_path.read_text())['pretrained']['step'] == (
+      first['init_step'] - 1)
+
+
+@pytest.mark.e2e
+def test_evaluations_follow_their_own_cadence(pretrained, tasks, tmp_path):
+  """eval_every_steps=3 with log_every_steps=4 over 8 steps: evaluations
+  at 3, 6 and the end, losses at 4 and 8 as well."""
+  _run(pretrained, tasks, tmp_path / 'e', 'full', eval_every_steps=3)
+  lines = [json.loads(line) for line in
+           (tmp_path / 'e' / 'metrics.jsonl').read_text().splitlines()]
+  evaluated = [x['step'] for x in lines if 'eval_accuracy' in x]
+  assert evaluated == [3, 6, 8]
+  assert [x['step'] for x in lines if 'loss' in x] == [3, 4, 6, 8]
 
 
 @pytest.mark.e2e

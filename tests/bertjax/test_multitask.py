@@ -285,6 +285,11 @@ def _config(**tasks):
     (lambda c: c.update({'loss_reduction': 'sum', 'tasks': {
         'ner': multitask.task_config('conll2003')}}),
      "loss_reduction='sum' with a token task (tasks.ner)"),
+    # 128 tokens, doc_stride 128, questions of 64: windows cannot overlap.
+    (lambda c: c.tasks.update({'qa': multitask.task_config('squad')}),
+     'tasks.qa: doc_stride=128 with max_seq_length=128'),
+    (lambda c: c.optimizer.update({'grad_clip': 'per-tensor'}),
+     "optimizer.grad_clip='per-tensor'; use one of"),
 ])
 def test_bad_configs_are_refused_naming_the_field(change, message):
   cfg = multitask.base_config()
