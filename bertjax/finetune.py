@@ -207,6 +207,41 @@ def window_problems(cfg, kind: str) -> list[str]:
           'max_seq_length=384, doc_stride=128, max_query_length=64).']
 
 
+def _optimizer_problems(cfg) -> list[str]:
+  """What is wrong with ``cfg.optimizer`` (and its pairing with
+  ``cfg.mode``); [] if nothing."""
+  o = cfg.optimizer
+  checks = [
+      (0 <= o.warmup_proportion < 1,
+       f'optimizer.warmup_proportion={o.warmup_proportion} must be in '
+       '[0, 1).'),
+      (o.learning_rate > 0,
+       f'optimizer.learning_rate={o.learning_rate} must be > 0.'),
+      (o.get('schedule', 'bert_linear') in optim.SCHEDULES,
+       f'optimizer.schedule={o.get("schedule")!r}; use one of '
+       f'{optim.SCHEDULES}.'),
+      (o.get('schedule') != 'constant' or not o.warmup_proportion,
+       f'optimizer.warmup_proportion={o.warmup_proportion} with '
+       "optimizer.schedule='constant': a constant rate has no warmup; set "
+       'warmup_proportion=0.'),
+      *((o[field] in allowed,
+         f'optimizer.{field}={o[field]!r}; use one of {allowed}.')
+        for field, allowed in (('name', optim.OPTIMIZERS),
+                               ('decay_mask', optim.DECAY_MASKS),
+                               ('grad_clip', optim.GRAD_CLIPS))),
+      (cfg.mode != 'gradual_unfreeze' or o.name == 'bert_adamw',
+       f'mode=gradual_unfreeze with optimizer.name={o.name!r}: the step '
+       'count its bias correction reads is shared, so a layer unfrozen '
+       'late would start its fresh moments with a late step\'s correction '
+       '(up to twice a fresh Adam\'s update). Use bert_adamw (no bias '
+       'correction), or mode=full.'),
+      (0 <= o.layerwise_lr_decay <= 1,
+       f'optimizer.layerwise_lr_decay={o.layerwise_lr_decay} must be in '
+       '[0, 1]: 0 is off, ELECTRA takes 0.8 (0.9 for large).'),
+  ]
+  return [message for ok, message in checks if not ok]
+
+
 def validate(cfg, check_init: bool = True) -> None:
   """Every check that reads no data, with the field and allowed values
   (``check_init=False``: all but ``init``, for a run not trained yet)."""
@@ -240,35 +275,7 @@ def validate(cfg, check_init: bool = True) -> None:
         f'unfreeze_every_steps={cfg.unfreeze_every_steps} must be >= 0.')
   check(0 <= cfg.task.dev_fraction < 1,
         f'task.dev_fraction={cfg.task.dev_fraction} must be in [0, 1).')
-  check(0 <= cfg.optimizer.warmup_proportion < 1,
-        f'optimizer.warmup_proportion={cfg.optimizer.warmup_proportion} must '
-        'be in [0, 1).')
-  check(cfg.optimizer.learning_rate > 0,
-        f'optimizer.learning_rate={cfg.optimizer.learning_rate} must be > 0.')
-  check(cfg.optimizer.get('schedule', 'bert_linear') in optim.SCHEDULES,
-        f'optimizer.schedule={cfg.optimizer.get("schedule")!r}; use one of '
-        f'{optim.SCHEDULES}.')
-  check(cfg.optimizer.get('schedule') != 'constant' or
-        not cfg.optimizer.warmup_proportion,
-        f'optimizer.warmup_proportion={cfg.optimizer.warmup_proportion} with '
-        "optimizer.schedule='constant': a constant rate has no warmup; set "
-        'warmup_proportion=0.')
-  for field, allowed in (('name', optim.OPTIMIZERS),
-                         ('decay_mask', optim.DECAY_MASKS),
-                         ('grad_clip', optim.GRAD_CLIPS)):
-    check(cfg.optimizer[field] in allowed,
-          f'optimizer.{field}={cfg.optimizer[field]!r}; use one of '
-          f'{allowed}.')
-  check(cfg.mode != 'gradual_unfreeze' or
-        cfg.optimizer.name == 'bert_adamw',
-        f'mode=gradual_unfreeze with optimizer.name='
-        f'{cfg.optimizer.name!r}: the step count its bias correction reads '
-        'is shared, so a layer unfrozen late would start its fresh moments '
-        'with a late step\'s correction (up to twice a fresh Adam\'s '
-        'update). Use bert_adamw (no bias correction), or mode=full.')
-  check(0 <= cfg.optimizer.layerwise_lr_decay <= 1,
-        f'optimizer.layerwise_lr_decay={cfg.optimizer.layerwise_lr_decay} '
-        'must be in [0, 1]: 0 is off, ELECTRA takes 0.8 (0.9 for large).')
+  errors.extend(_optimizer_problems(cfg))
   check(cfg.model.dtype in ('', 'float32', 'bfloat16'),
         f'model.dtype={cfg.model.dtype!r}; use float32, bfloat16 or \'\' '
         '(the pretrained run\'s).')

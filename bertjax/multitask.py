@@ -566,6 +566,21 @@ def _every_task_steps(cfg, keys, sampler: TaskSampler,
   return task_steps
 
 
+def _say_mixture(cfg, keys, data, rates, task_steps, init_step: int
+                 ) -> None:
+  """Each task's share of the run, and where the weights come from."""
+  total_steps = int(sum(task_steps))
+  for key, d, rate, steps_m in zip(keys, data, rates, task_steps):
+    n = len(d.train['input_ids'])
+    _say(f'task {key} ({d.task.name}, {d.task.kind}): '
+         f'{len(d.task.train)} train / {len(d.task.eval)} eval examples, '
+         f'{n} rows; rate {rate:.4f}, {steps_m} of {total_steps} steps '
+         f'({steps_m * cfg.batch_size / n:.2f} epochs)')
+  _say(f'{cfg.mixing} mixing (cap {cfg.mixing_cap}, temperature '
+       f'{cfg.mixing_temperature}); {cfg.init_weights} weights from '
+       f'{cfg.init} step {init_step}')
+
+
 def multitask(cfg, workdir: str) -> dict:
   """Trains per ``cfg`` in ``workdir`` (resuming if possible); returns
   ``multitask.json``'s content: ``tasks`` (key -> the task's held-out
@@ -589,14 +604,7 @@ def multitask(cfg, workdir: str) -> dict:
   sampler = TaskSampler(rates, cfg.seed,
                         cfg.mixing_block_steps or total_steps)
   task_steps = _every_task_steps(cfg, keys, sampler, total_steps)
-  for key, d, n, rate, steps_m in zip(keys, data, rows, rates, task_steps):
-    _say(f'task {key} ({d.task.name}, {d.task.kind}): '
-         f'{len(d.task.train)} train / {len(d.task.eval)} eval examples, '
-         f'{n} rows; rate {rate:.4f}, {steps_m} of {total_steps} steps '
-         f'({steps_m * cfg.batch_size / n:.2f} epochs)')
-  _say(f'{cfg.mixing} mixing (cap {cfg.mixing_cap}, temperature '
-       f'{cfg.mixing_temperature}); {cfg.init_weights} weights from '
-       f'{cfg.init} step {init_step}')
+  _say_mixture(cfg, keys, data, rates, task_steps, init_step)
 
   # ---- Mesh, model and optimizer.
   place = train_lib.make_placement(cfg)
