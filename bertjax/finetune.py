@@ -770,11 +770,12 @@ def _identity(cfg) -> dict:
   return {name: train_lib.config_section(cfg, name) for name in _IDENTITY}
 
 
-def _check_resume(workdir: str, cfg) -> None:
-  """Fails when ``workdir`` holds a fine-tuning run of other settings."""
+def _check_resume(workdir: str, cfg) -> dict | None:
+  """The metadata of the run ``workdir`` resumes (None for a new start);
+  fails when it has other settings."""
   saved = train_lib.binding_meta(workdir, _META)
   if saved is None:
-    return
+    return None
   changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
                                        _identity(base_config()))
   if changed:
@@ -782,14 +783,13 @@ def _check_resume(workdir: str, cfg) -> None:
         f'{workdir!r} holds a fine-tuning run with other settings of '
         f'{list(changed)}; use a new --workdir (or the same settings to '
         'resume).')
+  return saved
 
 
-def started_from(workdir: str, meta: str, pretrained: Pretrained) -> int:
-  """The pretrained step the run in ``workdir`` started from: as its
-  metadata file ``meta`` says when a checkpoint resumes it (with
-  ``init_step=0`` the init's latest step may have moved on since), else
-  ``pretrained``'s."""
-  saved = train_lib.binding_meta(workdir, meta)
+def started_from(saved: dict | None, pretrained: Pretrained) -> int:
+  """The pretrained step a run started from: as the metadata ``saved`` of
+  the run it resumes says (with ``init_step=0`` the init's latest step
+  may have moved on since), else ``pretrained``'s."""
   return int((saved or {}).get('pretrained', {}).get('step',
                                                      pretrained.step))
 
@@ -810,9 +810,9 @@ def finetune(cfg, workdir: str) -> dict:
   ``headline`` (the first metric's name) and what was trained."""
   # ---- Checks that read no data and write nothing.
   validate(cfg)
-  _check_resume(workdir, cfg)
+  saved = _check_resume(workdir, cfg)
   pretrained = load_pretrained(cfg.init, cfg.init_step)
-  init_step = started_from(workdir, _META, pretrained)
+  init_step = started_from(saved, pretrained)
   model_cfg = downstream_config(cfg, pretrained)
 
   # ---- Task, encoded with the pretrained run's tokenizer.

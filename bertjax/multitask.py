@@ -536,11 +536,12 @@ def _identity(cfg) -> dict:
   return {name: train_lib.config_section(cfg, name) for name in _IDENTITY}
 
 
-def _check_resume(workdir: str, cfg) -> None:
-  """Fails when ``workdir`` holds a multi-task run of other settings."""
+def _check_resume(workdir: str, cfg) -> dict | None:
+  """The metadata of the run ``workdir`` resumes (None for a new start);
+  fails when it has other settings."""
   saved = train_lib.binding_meta(workdir, META)
   if saved is None:
-    return
+    return None
   changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
                                        _identity(base_config()))
   if changed:
@@ -548,6 +549,7 @@ def _check_resume(workdir: str, cfg) -> None:
         f'{workdir!r} holds a multi-task run with other settings of '
         f'{list(changed)}; use a new --workdir (or the same settings to '
         'resume).')
+  return saved
 
 
 def _every_task_steps(cfg, keys, sampler: TaskSampler,
@@ -588,10 +590,10 @@ def multitask(cfg, workdir: str) -> dict:
   settings."""
   # ---- Checks that read no data and write nothing.
   validate(cfg)
-  _check_resume(workdir, cfg)
+  saved = _check_resume(workdir, cfg)
   keys = task_keys(cfg)
   pretrained = finetune.load_pretrained(cfg.init, cfg.init_step)
-  init_step = finetune.started_from(workdir, META, pretrained)
+  init_step = finetune.started_from(saved, pretrained)
   model_cfg = finetune.downstream_config(finetune_config(cfg, keys[0]),
                                          pretrained)
 

@@ -218,6 +218,7 @@ def rescale_schedule(cfg, steps: int) -> None:
   stages = continual_lib.scaled_stages(cfg.continual.stage_steps, steps)
   hold = round(o.hold_steps * steps / max(cfg.total_steps, 1))
   if cfg.objective.name == 'mobilebert' and cfg.mobilebert.steps_per_layer:
+    # Any vocabulary size: only the student's layer count is read.
     layers = mobilebert_lib.student_config(cfg, 128).num_layers
     per_layer = max(1, round(cfg.mobilebert.steps_per_layer * steps /
                              max(cfg.total_steps, 1)))
