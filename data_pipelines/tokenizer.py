@@ -34,9 +34,10 @@ _WORD_START = '\u2581'
 TRAINING_THREADS = 16
 # SentencePiece's normalization rules, without and with case folding.
 _NORMALIZATION = {False: 'nmt_nfkc', True: 'nmt_nfkc_cf'}
-# ('albert_uncased': an imported ALBERT table that lowercases,
-# bertjax/interop/hf_tokenizer.py.)
-_CASE_FOLDING_RULES = ('nmt_nfkc_cf', 'nfkc_cf', 'albert_uncased')
+# The names of imported ALBERT tables (bertjax/interop/hf_tokenizer.py);
+# the first lowercases.
+ALBERT_NORMALIZATIONS = ('albert_uncased', 'albert_cased')
+_CASE_FOLDING_RULES = ('nmt_nfkc_cf', 'nfkc_cf', ALBERT_NORMALIZATIONS[0])
 
 
 class TokenizerError(ValueError):

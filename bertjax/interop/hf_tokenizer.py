@@ -363,9 +363,7 @@ def load_tokenizer(directory: str) -> tokenizer_lib.Tokenizer:
 # transformers' AlbertTokenizer defaults, google-research/albert's uncased
 # models.
 _ALBERT_DEFAULTS = {'do_lower_case': True, 'keep_accents': False}
-# The normalization names of imported ALBERT tables; the first lowercases
-# (data_pipelines/tokenizer.py counts it as case folding).
-ALBERT_NORMALIZATIONS = ('albert_uncased', 'albert_cased')
+ALBERT_NORMALIZATIONS = tokenizer_lib.ALBERT_NORMALIZATIONS
 
 
 def _albert_options(directory: str) -> tuple[bool, bool]:
