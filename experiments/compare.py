@@ -951,6 +951,9 @@ def merge_repeats(rows: list[dict]) -> dict:
                        for m in rows[0][field]}
   if all('eval_predictions' in r for r in rows):
     merged['eval_correct'] = np.mean([_correct(r) for r in rows], axis=0)
+  else:   # Repeat 0's predictions alone would stand for all the repeats.
+    for field in ('eval_predictions', 'eval_labels'):
+      merged.pop(field, None)
   merged['wall_seconds'] = sum(r.get('wall_seconds') or 0 for r in rows)
   return merged
 

@@ -263,6 +263,27 @@ def test_control_repeats_are_averaged_per_example_once_all_are_in():
   assert compare.control_seed(3, 2) == 3 + 2 * compare.REPEAT_SEED_STRIDE
 
 
+def test_repeats_without_every_prediction_merge_over_seeds_alone():
+  # One repeat lacks per-example predictions: repeat 0's alone must not
+  # stand for the seed, or the interval reads one repeat of several.
+  rows = []
+  for seed in (0, 1):
+    for repeat in (0, 1):
+      row = _ft_row('scratch', seed, 1.0, 0.5,
+                    [True, repeat == 0, False, seed == 0], budget='')
+      row['repeat'] = repeat
+      if repeat == 1:
+        del row['eval_predictions']
+      rows.append(row)
+  (group,) = compare.downstream_groups(rows, 2)
+  merged = group.chosen()
+  assert not any('eval_predictions' in r or 'eval_correct' in r
+                 for r in merged.values())
+  iv = compare.headline_interval(merged)
+  assert iv.examples == 0 and iv.estimate == pytest.approx(
+      np.mean([(0.75 + 0.5) / 2, (0.5 + 0.25) / 2]))
+
+
 def _pre_row(arm, seed, budget, steps, loss, architecture='x'):
   return {'kind': 'pretrain', 'key': f'{arm}{seed}{budget}', 'arm': arm,
           'budget': budget, 'seed': seed, 'objective': 'bert',
