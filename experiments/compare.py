@@ -94,6 +94,9 @@ SCRATCH = 'scratch'
 ROWS = 'rows.jsonl'
 # In each run's workdir: the key of the row it computes (_claim).
 CLAIM = 'compare_key.txt'
+# In each run's workdir: the wall seconds of its earlier invocations
+# (_timed), so that a resumed run's row counts all of them.
+WALL = 'compare_wall_seconds.txt'
 # Held-out pretraining metrics in the table; (column, metric, objectives it
 # means the same thing for). None: every objective.
 COLUMNS = (
@@ -639,9 +642,7 @@ def _pretrain(arm: Arm, cfg, workdir: str, rows: Rows, budget: str,
     print(f'== {arm.name} seed {seed} {budget}: {cfg.total_steps} steps in '
           f'{workdir}', flush=True)
     _claim(workdir, key)
-    start = time.time()
-    train.train_and_evaluate(cfg, workdir)
-    wall = time.time() - start
+    _, wall = _timed(workdir, train.train_and_evaluate, cfg, workdir)
     run = read_run(workdir)
   row = pretrain_row(arm, budget, seed, key, run, wall)
   row['architecture'] = architecture_key(workdir)
@@ -686,6 +687,21 @@ def _claim(workdir: str, key: str) -> None:
   storage.write_text(path, key + '\n')
 
 
+def _timed(workdir: str, fn, *args) -> tuple[object, float]:
+  """``fn(*args)``, and the wall seconds of the run in ``workdir`` over
+  every invocation: this one's added to the earlier ones' (kept in
+  ``WALL``, also when ``fn`` raises: a preempted run resumes later)."""
+  path = os.path.join(workdir, WALL)
+  earlier = float(storage.read_text(path)) if storage.isfile(path) else 0.0
+  start = time.time()
+  try:
+    result = fn(*args)
+  finally:
+    total = earlier + time.time() - start
+    storage.write_text(path, f'{total!r}\n')
+  return result, total
+
+
 def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
               row: dict) -> dict:
   found = rows.find(key)
@@ -697,11 +713,10 @@ def _finetune(ft_cfg, init: str, workdir: str, rows: Rows, key: str,
         f'{row["lr"]:g} ({ft_cfg.init_weights} weights) in {workdir}',
         flush=True)
   _claim(workdir, key)
-  start = time.time()
   cfg = ft_cfg.copy_and_resolve_references()
   cfg.init = init
-  result = finetune.finetune(cfg, workdir)
-  row.update(key=key, wall_seconds=time.time() - start,
+  result, wall = _timed(workdir, finetune.finetune, cfg, workdir)
+  row.update(key=key, wall_seconds=wall,
              **{k: result[k] for k in ('task', 'headline', 'metrics', 'steps')},
              **{k: result[k] for k in ('dev_metrics', 'eval_predictions',
                                        'eval_labels') if k in result})

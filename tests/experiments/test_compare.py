@@ -438,6 +438,19 @@ def test_a_torn_last_row_is_cut_off_and_rerun(tmp_path, request, where):
     compare.Rows(path)
 
 
+def test_a_resumed_runs_wall_time_counts_every_invocation(tmp_path,
+                                                        monkeypatch):
+  clock = iter([100.0, 130.0, 500.0, 510.5])
+  monkeypatch.setattr(compare.time, 'time', lambda: next(clock))
+
+  def preempted():
+    raise KeyboardInterrupt   # As a SIGTERM's Preempted, mid-run.
+
+  with pytest.raises(KeyboardInterrupt):
+    compare._timed(str(tmp_path), preempted)
+  assert compare._timed(str(tmp_path), lambda x: x * 2, 21) == (42, 40.5)
+
+
 @pytest.mark.e2e
 def test_seeded_comparison_with_control_and_resume(tmp_path):
   out, results = str(tmp_path / 'out'), str(tmp_path / 'results')
