@@ -85,7 +85,8 @@ def _read_utf8(path: str) -> str:
   try:
     return data.decode('utf-8').removeprefix('\ufeff')
   except UnicodeDecodeError as e:
-    line = data[:e.start].count(b'\n') + 1
+    # Counted at the line breaks the readers split at (\r alone too).
+    line = len(re.findall(rb'\r\n|\r|\n', data[:e.start])) + 1
     raise base.TaskError(
         f'{path}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset '
         f'{e.start}). Convert the file, e.g. iconv -f latin1 -t utf-8.'

@@ -210,10 +210,11 @@ def test_csv_rows_with_surplus_cells_and_non_utf8_files_are_refused(
                      r'has 2 \(text, label\)\. Quote fields'):
     downstream.load_files('classification', str(tmp_path / 'a.csv'),
                           str(tmp_path / 'a.csv'))
-  for name, line in (('b.csv', 3), ('b.jsonl', 2)):
+  for name, line, end in (('b.csv', 3, '\n'), ('b.jsonl', 2, '\n'),
+                          ('c.csv', 3, '\r'), ('d.csv', 3, '\r\n')):
     rows = ('text,label\nok,pos\ncaf\xe9,neg\n' if name.endswith('csv') else
             '{"text": "ok", "label": "pos"}\n'
-            '{"text": "caf\xe9", "label": "neg"}\n')
+            '{"text": "caf\xe9", "label": "neg"}\n').replace('\n', end)
     (tmp_path / name).write_bytes(rows.encode('latin-1'))
     with pytest.raises(TaskError, match=name.replace('.', r'\.') +
                        f':{line}: not UTF-8 \\(byte 0xe9'):
