@@ -12,11 +12,14 @@ modes (``MODES``):
 - ``full``: every weight trains (Devlin et al., 2019, Sec. 4).
 - ``frozen``: the encoder is fixed, only the head trains (feature-based);
   no gradient is computed for the encoder and its weights stay bitwise.
+  It runs without dropout (the features BERT's extract_features.py
+  reads); the head keeps its dropout.
 - ``adapters``: Houlsby et al. (2019)'s bottleneck adapters after each
   layer's attention and FFN; only adapters and head train
   (``adapter_layer_norms`` also trains the LayerNorms, as the paper does).
-- ``weighted_layers``: the encoder is fixed and the head reads a learned
-  weighted sum of every layer's output (ELMo's scalar mix; BERT Sec. 5.3).
+- ``weighted_layers``: the encoder is fixed (no dropout, as ``frozen``)
+  and the head reads a learned weighted sum of every layer's output
+  (ELMo's scalar mix; BERT Sec. 5.3).
 - ``gradual_unfreeze``: the head trains first; every
   ``unfreeze_every_steps`` the next layer down joins (Howard & Ruder, 2018,
   ULMFiT Sec. 3.2), the embeddings last.
@@ -65,6 +68,8 @@ from data_pipelines import downstream
 from data_pipelines import tokenizer as tokenizer_lib
 
 MODES = ('full', 'frozen', 'adapters', 'weighted_layers', 'gradual_unfreeze')
+# The modes whose encoder is fixed: it runs without dropout (features).
+FIXED_ENCODER = ('frozen', 'weighted_layers')
 LOSS_REDUCTIONS = ('mean', 'sum')
 INIT_WEIGHTS = ('pretrained', 'random')
 RESULT = 'downstream.json'
@@ -483,7 +488,7 @@ def downstream_model(cfg, model_cfg, task: downstream.Task
   model = heads.DownstreamModel(
       model_cfg, task.kind, task.num_labels,
       layer_mix=cfg.mode == 'weighted_layers', pooling=cfg.pooling,
-      head_init=cfg.head_init)
+      head_init=cfg.head_init, fixed_encoder=cfg.mode in FIXED_ENCODER)
   check_quantized_layers(model)
   return quantization.quantized(model)
 

@@ -71,6 +71,11 @@ class DownstreamModel(nn.Module):
   # the pooler) or 'first' (the [CLS] state, no pooler: ELECTRA's).
   pooling: str = 'cls'
   head_init: str = 'bert'   # HEAD_INITS
+  # The encoder is fixed (finetune's frozen and weighted_layers modes): it
+  # runs without dropout, as features are read from a pretrained model
+  # (BERT Sec. 5.3; extract_features.py builds it with is_training=False).
+  # The head's dropout stays.
+  fixed_encoder: bool = False
 
   def setup(self):
     if self.kind not in KINDS:
@@ -100,13 +105,14 @@ class DownstreamModel(nn.Module):
   def __call__(self, input_ids, token_type_ids, attention_mask,
                deterministic: bool = True):
     cfg = self.cfg
-    x = self.embeddings(input_ids, token_type_ids, deterministic)
+    encoder_deterministic = deterministic or self.fixed_encoder
+    x = self.embeddings(input_ids, token_type_ids, encoder_deterministic)
     # Applied with mutable=['intermediates'] (task-specific distillation),
     # it records every hidden state and attention score, as
     # BertForPreTraining.encode does.
     record = self.is_mutable_collection('intermediates')
     x = bert_lib.run_layers(cfg, self.layers, x, input_ids, attention_mask,
-                            deterministic,
+                            encoder_deterministic,
                             all_layers=self.layer_mix or record)
     if record:
       for state in x:

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import types
 
 import flax
 import flax.linen as nn
@@ -156,6 +157,36 @@ def test_dropout_before_the_head_except_for_spans(kind, dropped):
       capture_intermediates=lambda m, _: m.name == 'dropout')
   # The head's own dropout is the top level's (the encoder's are nested).
   assert ('dropout' in state['intermediates']) == dropped
+
+
+@pytest.mark.parametrize('mode', finetune.MODES)
+def test_a_fixed_encoder_runs_without_dropout_and_its_head_with(mode):
+  """frozen and weighted_layers read features as extract_features.py does
+  (no dropout); the head's dropout stays, and other modes train the
+  encoder with its dropout."""
+  model = finetune.downstream_model(
+      _config(mode), SMALL,
+      types.SimpleNamespace(kind='classification', num_labels=2))
+  ids = jnp.asarray(np.random.default_rng(3).integers(5, 128, (4, 8)))
+  mask = jnp.ones_like(ids)
+  params = nn.unbox(model.init(jax.random.key(0), ids, ids * 0, mask)
+                    )['params']
+
+  def head_input(deterministic, key):
+    """What the classifier reads, before and after the head's dropout."""
+    _, state = model.apply(
+        {'params': params}, ids, ids * 0, mask, deterministic,
+        rngs={'dropout': key}, mutable=['intermediates'],
+        capture_intermediates=lambda m, _: m.name in ('pooler', 'dropout'))
+    found = state['intermediates']
+    return found['pooler']['__call__'][0], found['dropout']['__call__'][0]
+
+  features, _ = head_input(True, jax.random.key(1))
+  pooled, dropped = head_input(False, jax.random.key(1))
+  fixed = mode in ('frozen', 'weighted_layers')
+  assert model.fixed_encoder == fixed
+  assert np.array_equal(pooled, features) == fixed
+  assert not np.array_equal(dropped, pooled)   # The head's dropout.
 
 
 def test_adapters_start_near_identity():
