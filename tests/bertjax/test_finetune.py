@@ -656,6 +656,45 @@ def test_fixed_encoder_weights_stay_bitwise(pretrained, tasks, tmp_path,
 
 
 @pytest.mark.e2e
+def test_compare_scratch_pairs_seeds_and_says_no_difference_if_it_is_none(
+    pretrained, tasks, tmp_path):
+  script = preset_helpers.load_experiment('finetune.py', 'finetune_script')
+  cfg = _config('full', init=pretrained, max_seq_length=16, batch_size=8,
+                num_epochs=1.0, seed=4)
+  cfg.task.name, cfg.task.kind = 'files', 'classification'
+  cfg.task.train_path, cfg.task.eval_path = tasks['cls_train'], tasks[
+      'cls_eval']
+  text = script.compare_scratch(cfg, str(tmp_path), seeds=2)
+  assert 'seeds 4, 5;' in text
+  accuracy = {}
+  for arm in ('pretrained', 'scratch'):
+    for seed in (4, 5):
+      with open(tmp_path / arm / f'seed{seed}' / finetune.RESULT) as f:
+        accuracy[arm, seed] = json.load(f)['metrics']['accuracy']
+  difference = np.mean([accuracy['pretrained', s] - accuracy['scratch', s]
+                        for s in (4, 5)])
+  assert f'accuracy: {difference:+.4f} [' in text
+  # Finished runs are read back: the same table.
+  assert script.compare_scratch(cfg, str(tmp_path), seeds=2) == text
+  # The verdict follows the interval, and one seed is no claim.
+  row = lambda correct: {
+      'task': 't', 'headline': 'accuracy',
+      'metrics': {'accuracy': float(np.mean(correct))},
+      'eval_predictions': [int(c) for c in correct],
+      'eval_labels': [1] * len(correct)}
+  good, bad = [True] * 45 + [False] * 5, [True] * 5 + [False] * 45
+  mixed = [True, False] * 25
+  verdicts = {
+      'pretraining helps': ({0: row(good), 1: row(good[::-1])},
+                            {0: row(bad), 1: row(bad[::-1])}),
+      'no difference (the interval holds 0)': (
+          {0: row(good), 1: row(bad)}, {0: row(mixed), 1: row(mixed)}),
+      'one seed': ({0: row(good)}, {0: row(bad)})}
+  for verdict, (a, b) in verdicts.items():
+    table = script.scratch_table({'pretrained': a, 'scratch': b}, 'full')
+    assert verdict in table, table
+
+
 def test_full_and_gradual_unfreezing(pretrained, tasks, full, tmp_path):
   """Full fine-tuning moves every encoder weight; gradual unfreezing with a
   layer per 3 steps, over 8 steps, reaches the top 2 of 2 layers (steps 3
