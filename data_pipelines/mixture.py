@@ -248,8 +248,17 @@ class MixturePrepared:
 
   @property
   def train_unigram_counts(self) -> np.ndarray:
-    """int64 [vocab_size]: token counts summed over the training splits."""
-    return sum(c.train_index.unigram_counts for c in self.components)
+    """[vocab_size]: the token frequencies of the sampled training stream,
+    in tokens: component i's counts weighted by ``p_i N / n_i`` (``N`` the
+    total), so that a component drawn above its natural share counts as
+    often as it is seen (random replacement and the most-frequent-token
+    baseline read the stream's distribution). The plain int64 sum at
+    ``exponent`` 1 (natural shares), where the weights are all 1."""
+    counts = [c.train_index.unigram_counts for c in self.components]
+    if self.exponent == 1.0:
+      return sum(counts)
+    weights = self.probabilities * self.train_sizes.sum() / self.train_sizes
+    return sum(w * c.astype(np.float64) for w, c in zip(weights, counts))
 
   @property
   def skipped(self) -> dict[str, int]:

@@ -5,6 +5,7 @@ tokenizer trained on both, each component pre-tokenized once per module.
 """
 
 import copy
+import dataclasses
 import itertools
 import os
 import pickle
@@ -171,9 +172,16 @@ def test_prepared_sizes_probabilities_and_counts(prepared):
   assert sizes[0] > 2 * sizes[1] > 0
   np.testing.assert_allclose(prepared.probabilities,
                              sizes**0.7 / (sizes**0.7).sum(), rtol=1e-12)
-  np.testing.assert_array_equal(
+  # The sampled stream's token frequencies: each component's counts as
+  # often as it is drawn (exponent 0.7 draws 'small' above its share).
+  counts = [c.train_index.unigram_counts for c in prepared.components]
+  np.testing.assert_allclose(
       prepared.train_unigram_counts,
-      sum(c.train_index.unigram_counts for c in prepared.components))
+      sizes.sum() * sum(p * c / n for p, c, n in zip(
+          prepared.probabilities, counts, sizes)), rtol=1e-12)
+  assert prepared.train_unigram_counts.sum() == pytest.approx(sizes.sum())
+  natural = dataclasses.replace(prepared, exponent=1.0)
+  np.testing.assert_array_equal(natural.train_unigram_counts, sum(counts))
   assert all(c.tokenizer is prepared.tokenizer for c in prepared.components)
   table = prepared.summary()
   assert 'large' in table and 'small' in table and 'sampled' in table
