@@ -853,7 +853,7 @@ def _human(n: float) -> str:
   return f'{n:.3g}'
 
 
-def _mean_pm(values) -> str:
+def mean_pm(values) -> str:
   """``mean ± half-width`` (95%, Student t over seeds); the mean alone for
   one value."""
   values = [v for v in values if v is not None]
@@ -865,7 +865,7 @@ def _mean_pm(values) -> str:
   return f'{iv.estimate:.4f} ± {(iv.high - iv.low) / 2:.4f}'
 
 
-def _iv(iv: intervals.Interval, signed: bool = False) -> str:
+def interval_text(iv: intervals.Interval, signed: bool = False) -> str:
   """``mean [low, high]``, bold where a difference excludes 0 over two or
   more seeds (over one seed's examples it says nothing of the seed spread,
   so it is no claim); the mean alone where there is no interval (one
@@ -949,7 +949,7 @@ def downstream_groups(rows: list[dict], control_repeats: int = 1
   return list(groups.values())
 
 
-def _seed_ids(seeds) -> str:
+def seed_ids(seeds) -> str:
   """The seeds (keys of ``{seed: row}``, or a set), for a ``seeds`` cell."""
   return ', '.join(map(str, sorted(seeds)))
 
@@ -1074,7 +1074,7 @@ def report(plan: Plan, rows: list[dict], command: str,
       if not by_seed:
         continue
       first = next(iter(by_seed.values()))
-      cells = [arm, budget, first['objective_label'], _seed_ids(by_seed),
+      cells = [arm, budget, first['objective_label'], seed_ids(by_seed),
                _human(first['parameters']) if first['parameters'] else '-',
                str(first['steps']), _human(first['tokens']),
                _human(first['flops']),
@@ -1083,7 +1083,7 @@ def report(plan: Plan, rows: list[dict], command: str,
                     0)]
       for _, metric, only in COLUMNS:
         same = only is None or first['objective'] in only
-        cells.append(_mean_pm([r['final'].get(metric)
+        cells.append(mean_pm([r['final'].get(metric)
                                for r in by_seed.values()]) if same else '-')
       cells.append(_task_accuracies(by_seed.values()))
       lines.append('| ' + ' | '.join(cells) + ' |')
@@ -1102,7 +1102,7 @@ def _task_accuracies(rows) -> str:
   for name in tasks_lib.names():
     values = [r['final'].get(f'eval_{name}_accuracy') for r in rows]
     if any(v is not None for v in values):
-      cells.append(f'{name} {_mean_pm(values)}')
+      cells.append(f'{name} {mean_pm(values)}')
   return '; '.join(cells) or '-'
 
 
@@ -1151,7 +1151,7 @@ def _pretrain_differences(plan: Plan, pre: dict) -> list[str]:
       iv = intervals.seed_interval([ours[s]['final'][metric] -
                                     base[s]['final'][metric] for s in seeds])
       lines.append(f'| {arm} | {budget} | {", ".join(map(str, seeds))} | '
-                   f'{_iv(iv, signed=True)} |')
+                   f'{interval_text(iv, signed=True)} |')
   out = []
   if lines:
     out += ['', f'Held-out MLM loss minus `{plan.baseline}`\'s, paired by '
@@ -1200,22 +1200,22 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
   def row_cells(name, budget, group, control, baseline):
     chosen = group.chosen()
     own = headline_interval(chosen)
-    seeds = _seed_ids(chosen) + (f' × {plan.control_repeats}'
+    seeds = seed_ids(chosen) + (f' × {plan.control_repeats}'
                                  if group.arm == SCRATCH
                                  and plan.control_repeats > 1 else '')
     cells = [name, budget or '-', seeds, f'{group.chosen_lr:g}',
-             _mean_pm([_dev_score(r) for r in chosen.values()]),
-             _iv(own) if own else '-']
+             mean_pm([_dev_score(r) for r in chosen.values()]),
+             interval_text(own) if own else '-']
     for ref in (control, baseline):
       theirs = ref.chosen() if ref is not None and ref is not group else None
       iv = headline_interval(chosen, theirs) if theirs else None
       # A difference rests on the seeds both sides have: named where they
       # are not all of either side's.
       both = set(chosen) & set(theirs or ())
-      cells.append('-' if iv is None else _iv(iv, signed=True) + (
-          f' (seed{"s" if len(both) > 1 else ""} {_seed_ids(both)})'
+      cells.append('-' if iv is None else interval_text(iv, signed=True) + (
+          f' (seed{"s" if len(both) > 1 else ""} {seed_ids(both)})'
           if both != set(chosen) or both != set(theirs) else ''))
-    cells += [_mean_pm([r['metrics'][m] for r in chosen.values()])
+    cells += [mean_pm([r['metrics'][m] for r in chosen.values()])
               for m in other]
     return cells
 
@@ -1251,7 +1251,7 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
       dev_mean = '-' if None in dev else f'{np.mean(dev):.4f}'
       lines.append(
           f'| {name} | {group.budget or "-"} | {lr:g}{mark} | '
-          f'{_seed_ids(by_seed)} | {dev_mean} | '
+          f'{seed_ids(by_seed)} | {dev_mean} | '
           f'{np.mean([r["metrics"][headline] for r in by_seed.values()]):.4f}'
           ' |')
   return lines

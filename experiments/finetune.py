@@ -12,6 +12,7 @@ with the difference's 95% interval, paired by seed and held-out example
 (compare.py's). Finished runs are read back, unfinished ones resume.
 """
 
+import math
 import os
 import sys
 
@@ -64,25 +65,28 @@ def scratch_table(arms: dict, mode: str) -> str:
   first = next(iter(arms['pretrained'].values()))
   headline, metrics = first['headline'], list(first['metrics'])
   seeds = sorted(arms['pretrained'])
-  lines = [f'{first["task"]} ({mode}), seeds {compare._seed_ids(seeds)}; '
+  lines = [f'{first["task"]} ({mode}), seeds {compare.seed_ids(seeds)}; '
            'each cell the mean ± the 95% half-width over the seeds.', '',
            '| weights | ' + ' | '.join(metrics) + ' |',
            '| --- |' + ' --- |' * len(metrics)]
   for name, by_seed in arms.items():
     lines.append(f'| {name} | ' + ' | '.join(
-        compare._mean_pm([r['metrics'][m] for r in by_seed.values()])
+        compare.mean_pm([r['metrics'][m] for r in by_seed.values()])
         for m in metrics) + ' |')
   iv = compare.headline_interval(arms['pretrained'], arms['scratch'])
   if iv.seeds < 2:
-    verdict = ('one seed: the interval covers the held-out examples, not '
-               'the seed spread, so it is no claim; run --seeds=3 or more')
+    verdict = ('one seed, so no claim (an interval over its held-out '
+               'examples leaves out the seed spread); run --seeds=3 or more')
+  elif math.isnan(iv.low):
+    verdict = ('no interval: every seed\'s difference is the same (a '
+               'metric over a small eval set takes few values)')
   elif iv.excludes_zero:
     verdict = ('pretraining helps' if iv.estimate > 0 else
                'pretraining hurts') + ' (the interval excludes 0)'
   else:
     verdict = 'no difference (the interval holds 0)'
   lines += ['', f'pretrained - random weights, {headline}: '
-            f'{compare._iv(iv, signed=True).strip("*")}: {verdict}.']
+            f'{compare.interval_text(iv, signed=True).strip("*")}: {verdict}.']
   return '\n'.join(lines) + '\n'
 
 

@@ -194,7 +194,7 @@ def test_paired_differences_use_the_seeds_both_arms_have():
   # Both seeds' differences alike: no spread measured, so no interval
   # (a zero-width one would print in bold as certain).
   assert math.isnan(iv.low) and math.isnan(iv.high)
-  assert compare._iv(iv, signed=True) == '+0.3000'
+  assert compare.interval_text(iv, signed=True) == '+0.3000'
   b[2]['metrics']['accuracy'] = 0.6
   iv = compare.headline_interval(a, b)
   assert iv.estimate == pytest.approx(0.25) and iv.low < 0.25 < iv.high
@@ -231,9 +231,11 @@ def test_only_a_difference_over_two_or_more_seeds_is_bold():
   # One seed's interval covers its held-out examples, not the seed spread.
   one = intervals.Interval(0.2, 0.1, 0.3, seeds=1, examples=50)
   two = intervals.Interval(0.2, 0.1, 0.3, seeds=2, examples=50)
-  assert compare._iv(one, signed=True) == '+0.2000 [+0.1000, +0.3000]'
-  assert compare._iv(two, signed=True) == '**+0.2000 [+0.1000, +0.3000]**'
-  assert compare._iv(two) == '0.2000 [0.1000, 0.3000]'   # Not a difference.
+  assert compare.interval_text(one, signed=True) == '+0.2000 [+0.1000, +0.3000]'
+  assert compare.interval_text(two, signed=True) == (
+      '**+0.2000 [+0.1000, +0.3000]**')
+  # Not a difference:
+  assert compare.interval_text(two) == '0.2000 [0.1000, 0.3000]'
 
 
 def test_control_repeats_are_averaged_per_example_once_all_are_in():
