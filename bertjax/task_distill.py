@@ -142,7 +142,9 @@ def validate(cfg) -> None:
                                                       _FINETUNE_META))):
     errors.append(f'teacher={cfg.teacher!r} is not a fine-tuning run\'s '
                   'workdir (it has no finetune_meta.json): fine-tune the '
-                  'teacher on the task first (experiments/finetune.py).')
+                  'teacher on the task first (experiments/finetune.py; '
+                  'with --compare_scratch its runs are in '
+                  'WORKDIR/pretrained/seed<N>).')
   if d.temperature <= 0:
     errors.append(f'distill.temperature={d.temperature} must be > 0.')
   for name in ('embedding_weight', 'hidden_weight', 'attention_weight'):

@@ -214,7 +214,8 @@ def test_bad_configs_fail_before_any_work(pretrained, tasks, teacher,
       'distill.prediction_schedule': 'cosine'})
   with pytest.raises(task_distill.DistillError) as e:
     task_distill.distill_task(cfg, str(tmp_path / 'out'))
-  for part in ('has no finetune_meta.json', 'distill.temperature=0.0',
+  for part in ('has no finetune_meta.json', 'WORKDIR/pretrained/seed<N>',
+               'distill.temperature=0.0',
                "mode='frozen'", 'replace_prob in [0, 1]',
                'layerwise_lr_decay=0.8', "prediction_schedule='cosine'"):
     assert part in str(e.value)
