@@ -64,6 +64,13 @@ class Interval:
     whose interval holds 0 is no difference)."""
     return bool(self.low > 0 or self.high < 0)
 
+  @property
+  def is_claim(self) -> bool:
+    """Whether a difference with this interval is reported as one: it
+    excludes 0 over two or more seeds. Over one seed's held-out examples an
+    interval leaves out the seed spread, so it claims nothing."""
+    return self.excludes_zero and self.seeds >= 2
+
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)
 

@@ -875,7 +875,7 @@ def interval_text(iv: intervals.Interval, signed: bool = False) -> str:
     return f'{iv.estimate:{sign}.4f}'
   text = (f'{iv.estimate:{sign}.4f} [{iv.low:{sign}.4f}, '
           f'{iv.high:{sign}.4f}]')
-  claim = signed and iv.excludes_zero and iv.seeds >= 2
+  claim = signed and iv.is_claim
   return f'**{text}**' if claim else text
 
 

@@ -328,7 +328,8 @@ def report(rows: dict, measured: dict, seeds: list[int], command: str,
       diff = intervals.hierarchical_interval(
           np.stack([_correct(mine[s]) for s in paired]),
           np.stack([_correct(base[s]) for s in paired]))
-      verdict = ('no difference' if not diff.excludes_zero
+      verdict = ('no claim (one seed)' if diff.seeds < 2
+                 else 'no difference' if not diff.excludes_zero
                  else 'lower' if diff.high < 0 else 'higher')
       versus = f'{source} {_iv(diff, True)}: {verdict}'
     m = measured.get(model, {})

@@ -80,7 +80,7 @@ def scratch_table(arms: dict, mode: str) -> str:
   elif math.isnan(iv.low):
     verdict = ('no interval: every seed\'s difference is the same (a '
                'metric over a small eval set takes few values)')
-  elif iv.excludes_zero:
+  elif iv.is_claim:
     verdict = ('pretraining helps' if iv.estimate > 0 else
                'pretraining hurts') + ' (the interval excludes 0)'
   else:

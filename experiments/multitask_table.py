@@ -21,8 +21,9 @@ experiments/configs/multitask.py's: max_seq_length 64, batch 32, peak lr
 Columns: each task's headline metric (accuracy) as mean [95% interval]
 over the seeds and the held-out examples (bertjax/intervals.py), each row's
 paired difference to single-task fine-tuning with its interval (bold
-where it excludes 0; an interval holding 0 is no difference), and the
-training examples each task saw.
+where it excludes 0 over two or more seeds; an interval holding 0 is no
+difference, one seed's no claim), and the training examples each task
+saw.
 
 Results (``--results``, default experiments/results/multitask):
 ``rows.jsonl``, one row per task of each finished run, appended as the run
@@ -211,10 +212,19 @@ def interval(by_seed: dict, baseline: dict | None = None
 def _iv(iv: intervals.Interval, signed: bool = False) -> str:
   sign = '+' if signed else ''
   text = f'{iv.estimate:{sign}.3f} [{iv.low:{sign}.3f}, {iv.high:{sign}.3f}]'
-  return f'**{text}**' if signed and iv.excludes_zero else text
+  return f'**{text}**' if signed and iv.is_claim else text
+
+
+def _note(iv: intervals.Interval) -> str:
+  """After a difference's cell: why it is no claim, where it is none."""
+  if iv.is_claim:
+    return ''
+  return ' (no difference)' if iv.seeds > 1 else ' (one seed: no claim)'
 
 
 def _verdict(iv: intervals.Interval) -> str:
+  if iv.seeds < 2:
+    return 'without a claim (one seed)'
   if not iv.excludes_zero:
     return 'no different'
   return 'better' if iv.estimate > 0 else 'worse'
@@ -247,8 +257,7 @@ def table(rows: list[dict], seeds: list[int]) -> tuple[str, str]:
         cells.append('')
         continue
       diff = interval(mine, single)
-      cells.append(_iv(diff, signed=True) + (
-          '' if diff.excludes_zero else ' (no difference)'))
+      cells.append(_iv(diff, signed=True) + _note(diff))
       parts.append(f'{_verdict(diff)} on {key} ({diff.estimate:+.3f})')
     seen = [np.mean([r['examples_seen'] for r in
                      group.get((arm, k), {}).values()] or [0]) for k in keys]

@@ -75,6 +75,10 @@ def test_one_seed_is_the_examples_t_interval():
   low, high = stats.t.interval(0.95, 399, loc=scores.mean(),
                                scale=stats.sem(scores[0]))
   np.testing.assert_allclose([iv.low, iv.high], [low, high], rtol=1e-12)
+  # It excludes 0, but over one seed's examples: no claim.
+  assert iv.excludes_zero and not iv.is_claim
+  assert intervals.Interval(0.3, 0.1, 0.5, seeds=2).is_claim
+  assert not intervals.Interval(0.3, -0.1, 0.5, seeds=3).is_claim
 
 
 def test_seed_effect_only_gives_the_seeds_t_interval():

@@ -89,6 +89,11 @@ def test_a_missing_seed_is_said_and_not_paired():
           ('float', 1): _row('float', 1, 10)}
   text = table.report(rows, {}, [0, 1], 'python x')
   assert '(1 seeds)' in text and '(2 seeds)' not in text
+  # One paired seed: its interval covers examples only, so no verdict.
+  rows['int8', 0] = _row('int8', 0, 30)
+  (line,) = [l for l in table.report(rows, {}, [0, 1], 'python x'
+                                     ).splitlines() if l.startswith('| int8')]
+  assert line.endswith(': no claim (one seed) |')
 
 
 def _run(tmp_path, objective: str, teacher: str) -> str:

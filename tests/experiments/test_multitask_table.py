@@ -44,6 +44,17 @@ def test_an_arm_without_its_controls_seed_is_not_run(rows):
       cells[3:5])
 
 
+def test_one_seed_is_no_claim(rows):
+  text, conclusion = multitask_table.table(rows, [0])
+  cells = _cells(text, multitask_table.TITLES['proportional'])
+  assert cells[2].endswith(' (one seed: no claim)')
+  assert '**' not in text
+  assert 'without a claim (one seed) on embedded' in conclusion
+  three, _ = multitask_table.table(rows, [0, 1, 2])
+  assert _cells(three, multitask_table.TITLES['proportional'])[2].startswith(
+      '**')
+
+
 def test_rows_of_other_settings_are_refused(tmp_path, rows):
   path = tmp_path / 'rows.jsonl'
   path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
