@@ -753,6 +753,13 @@ def test_a_resumed_run_reports_the_step_it_started_from(pretrained, tasks,
   assert again['init_step'] == first['init_step'] - 1
   assert json.loads(meta_path.read_text())['pretrained']['step'] == (
       first['init_step'] - 1)
+  # Killed before its first checkpoint, a run starts over from the init's
+  # step now, and says so, whatever its metadata held.
+  shutil.rmtree(tmp_path / 'a' / 'checkpoints')
+  fresh = _run(pretrained, tasks, tmp_path / 'a', 'full')
+  assert fresh['init_step'] == first['init_step']
+  assert json.loads(meta_path.read_text())['pretrained']['step'] == (
+      first['init_step'])
 
 
 @pytest.mark.e2e
