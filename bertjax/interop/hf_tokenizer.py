@@ -322,8 +322,9 @@ def load_tokenizer(directory: str) -> tokenizer_lib.Tokenizer:
   [UNK] [CLS] [SEP] [MASK]; ALBERT's ``<pad>`` and ``<unk>`` at ids 0 and 1
   are renamed (ids and scores unchanged). ALBERT's tokenizer rewrites the
   text before SentencePiece sees it (``_fold_albert_preprocessing``): the
-  import puts that into the model's normalization table, so the model
-  reads what it was trained on.
+  import puts that into the model's normalization table, so the ids are
+  transformers' AlbertTokenizer's (for scripts with spacing vowel signs,
+  not quite those of the original pretraining: see there).
 
   Raises:
     TokenizerError: the directory has no SentencePiece model (a WordPiece
@@ -389,15 +390,22 @@ def _fold_albert_preprocessing(proto, lowercase: bool,
                                keep_accents: bool) -> None:
   """Makes ``proto``'s normalization table do ALBERT's preprocessing too.
 
-  ALBERT's tokenizer (transformers' AlbertTokenizer, as google-research/
-  albert's ``preprocess_text``) turns `` and '' into ", then, unless
-  ``keep_accents``, decomposes (NFKD) and drops the marks, then, with
-  ``do_lower_case``, lowercases; only then does SentencePiece normalize.
-  The new table maps each character, and each decomposed sequence, to
-  what that chain gives (tokenizers' own normalizers, then the model's
-  table), and `` and '' to ". What still differs: a sequence the model's
-  table composes across characters that no single character decomposes
-  to (compatibility jamo typed one by one).
+  ALBERT's tokenizer (transformers' AlbertTokenizer) turns `` and ''
+  into ", then, unless ``keep_accents``, decomposes (NFKD) and drops the
+  marks, then, with ``do_lower_case``, lowercases; only then does
+  SentencePiece normalize. The new table maps each character, and each
+  decomposed sequence, to what that chain gives (tokenizers' own
+  normalizers, as transformers' AlbertTokenizer runs them, then the
+  model's table), and `` and '' to ". What still differs: a sequence the
+  model's table composes across characters that no single character
+  decomposes to (compatibility jamo typed one by one). And where
+  transformers' chain departs from google-research/albert's
+  ``preprocess_text``, which the models were pretrained with, this table
+  follows transformers: StripAccents drops every mark, where
+  ``preprocess_text`` drops only those of nonzero combining class (so
+  Indic and Thai vowel signs, kept there, are dropped here), and a
+  per-character table cannot lowercase a final sigma to ς as Python's
+  ``str.lower`` does. English text is unaffected.
   """
   # Imported here, as in the export: only an ALBERT import needs it.
   from tokenizers import normalizers  # pylint: disable=g-import-not-at-top
