@@ -155,6 +155,12 @@ def _is_int_like(value) -> bool:
 # Labels.
 
 
+def _text(label) -> str:
+  """A label as a name: its text without surrounding spaces (a CSV
+  written "good, pos" gives ' pos', the same class as 'pos')."""
+  return str(label).strip()
+
+
 class _LabelMap:
   """Maps raw labels (names or ids) to ids, and knows the label names.
 
@@ -170,7 +176,7 @@ class _LabelMap:
                label_names: Sequence[str]):
     self.given = bool(label_names)
     if label_names:
-      self.names = tuple(str(x) for x in label_names)
+      self.names = tuple(_text(x) for x in label_names)
       self.as_ids = False
     elif all(_is_int_like(v) for _, v in train_values):
       ids = [int(v) for _, v in train_values]
@@ -182,7 +188,7 @@ class _LabelMap:
       self.names = tuple(str(i) for i in range(max(ids) + 1))
       self.as_ids = True
     else:
-      self.names = tuple(sorted({str(v) for _, v in train_values}))
+      self.names = tuple(sorted({_text(v) for _, v in train_values}))
       self.as_ids = False
     self._index = {name: i for i, name in enumerate(self.names)}
     # Given names that are all integers (star ratings '1'..'5') make an
@@ -194,14 +200,14 @@ class _LabelMap:
   def __call__(self, value, where: str) -> int:
     as_id = ((self.as_ids or self._ids_allowed) and _is_int_like(value)
              and 0 <= int(value) < len(self.names))
-    as_name = not self.as_ids and str(value) in self._index
-    if as_id and as_name and self._index[str(value)] != int(value):
+    as_name = not self.as_ids and _text(value) in self._index
+    if as_id and as_name and self._index[_text(value)] != int(value):
       raise base.TaskError(
           f'{where}: label {value!r} is both the name of class '
-          f'{self._index[str(value)]} and the id of class {int(value)}. '
+          f'{self._index[_text(value)]} and the id of class {int(value)}. '
           'Write every label as one of the names.')
     if as_name:
-      return self._index[str(value)]
+      return self._index[_text(value)]
     if as_id:
       return int(value)
     raise base.TaskError(

@@ -188,6 +188,17 @@ def test_integer_label_names_read_the_same_in_jsonl_and_csv(tmp_path):
     task = downstream.load_files('classification', path, path,
                                  label_names=stars)
     assert [e['label'] for e in task.train] == [0, 1, 2, 3, 4]
+  # A CSV written with a space after each comma: ' 5' is class '5', and
+  # ' pos' the class 'pos' (not a class of its own).
+  spaced = tmp_path / 'spaced.csv'
+  spaced.write_text('text,label\nt1, 1\nt5, 5\nt2,2\n')
+  train = downstream.load_files('classification', str(spaced), str(spaced),
+                                label_names=stars).train
+  assert [e['label'] for e in train] == [0, 4, 1]
+  spaced.write_text('text,label\ngood, pos\nbad,neg\nfine,pos \n')
+  task = downstream.load_files('classification', str(spaced), str(spaced))
+  assert task.label_names == ('neg', 'pos')
+  assert [e['label'] for e in task.train] == [1, 0, 1]
   # Names that are not all integers still take ids into them ...
   ids = _jsonl(tmp_path / 'ids.jsonl', [{'text': 'a', 'label': 1},
                                         {'text': 'b', 'label': 'neg'}])
