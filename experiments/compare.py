@@ -227,6 +227,12 @@ def rescale_schedule(cfg, steps: int) -> None:
                              max(cfg.total_steps, 1)))
     cfg.mobilebert.steps_per_layer = per_layer
     hold = per_layer * layers   # mobilebert.check ties them.
+    if hold >= steps:
+      raise CompareError(
+          f'{steps} steps leave none after MobileBERT\'s progressive '
+          f'transfer ({per_layer} per layer x {layers} layers = {hold} '
+          'steps; at least one per layer) for its pretraining distillation: '
+          'give a larger budget.')
   cfg.total_steps = steps
   cfg.num_train_steps = 0
   o.hold_steps = hold
@@ -690,7 +696,9 @@ def _claim(workdir: str, key: str) -> None:
 def _timed(workdir: str, fn, *args) -> tuple[object, float]:
   """``fn(*args)``, and the wall seconds of the run in ``workdir`` over
   every invocation: this one's added to the earlier ones' (kept in
-  ``WALL``, also when ``fn`` raises: a preempted run resumes later)."""
+  ``WALL``, also when ``fn`` raises, as pretraining does on a preemption
+  notice; a run killed outright, or a fine-tuning, which takes no
+  notice, loses that invocation's time)."""
   path = os.path.join(workdir, WALL)
   earlier = float(storage.read_text(path)) if storage.isfile(path) else 0.0
   start = time.time()

@@ -97,6 +97,11 @@ def test_mobilebert_keeps_its_transfer_share_and_held_lr():
   errors = []
   mobilebert.check(cfg, errors)
   assert not [e for e in errors if 'hold_steps' in e], errors
+  # Fewer steps than the transfer's layers and a distillation need.
+  cfg = compare.load_config(os.path.join(CONFIGS, 'mobilebert.py'))
+  with pytest.raises(compare.CompareError, match=r'1 per layer x 24 layers '
+                     r'= 24 steps; at least one per layer\) for its '):
+    compare.rescale_schedule(cfg, 20)
 
 
 @pytest.mark.parametrize('runs, overrides, budget, extra, message', [
