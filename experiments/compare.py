@@ -1092,7 +1092,7 @@ def report(plan: Plan, rows: list[dict], command: str,
       for _, metric, only in COLUMNS:
         same = only is None or first['objective'] in only
         cells.append(mean_pm([r['final'].get(metric)
-                               for r in by_seed.values()]) if same else '-')
+                              for r in by_seed.values()]) if same else '-')
       cells.append(_task_accuracies(by_seed.values()))
       lines.append('| ' + ' | '.join(cells) + ' |')
   lines += _pretrain_differences(plan, pre)
@@ -1209,8 +1209,8 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
     chosen = group.chosen()
     own = headline_interval(chosen)
     seeds = seed_ids(chosen) + (f' × {plan.control_repeats}'
-                                 if group.arm == SCRATCH
-                                 and plan.control_repeats > 1 else '')
+                                if group.arm == SCRATCH
+                                and plan.control_repeats > 1 else '')
     cells = [name, budget or '-', seeds, f'{group.chosen_lr:g}',
              mean_pm([_dev_score(r) for r in chosen.values()]),
              interval_text(own) if own else '-']

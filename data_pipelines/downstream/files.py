@@ -200,14 +200,15 @@ class _LabelMap:
   def __call__(self, value, where: str) -> int:
     as_id = ((self.as_ids or self._ids_allowed) and _is_int_like(value)
              and 0 <= int(value) < len(self.names))
-    as_name = not self.as_ids and _text(value) in self._index
-    if as_id and as_name and self._index[_text(value)] != int(value):
+    name = _text(value)
+    as_name = not self.as_ids and name in self._index
+    if as_id and as_name and self._index[name] != int(value):
       raise base.TaskError(
           f'{where}: label {value!r} is both the name of class '
-          f'{self._index[_text(value)]} and the id of class {int(value)}. '
+          f'{self._index[name]} and the id of class {int(value)}. '
           'Write every label as one of the names.')
     if as_name:
-      return self._index[_text(value)]
+      return self._index[name]
     if as_id:
       return int(value)
     raise base.TaskError(
