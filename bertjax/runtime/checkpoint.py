@@ -20,10 +20,11 @@ What a failure can do to them, and what happens then:
   file), written before the rename (or the commit file), so a checkpoint
   and its manifest appear together, and orbax's metadata of the step says
   it was sealed (a manifest gone is damage too). ``restore_latest`` checks
-  the manifest before restoring; a step that fails is moved to
-  ``checkpoints_corrupt/`` (kept, never deleted) and the next older one is
-  tried. ``restore_as_saved`` (fine-tuning, export) and ``init_from``
-  check it too, and fail on a damaged step.
+  the manifest before restoring; a step that fails (on any host: the hosts
+  share their verdicts) is moved to ``checkpoints_corrupt/`` (kept, never
+  deleted) and the next older one is tried. ``restore_as_saved``
+  (fine-tuning, export) and ``init_from`` check it too, and fail on a
+  damaged step.
 * A failed save (a full disk, a lost mount): ``CheckpointSaveError`` says
   which step was lost and which complete checkpoint remains; the partial
   directory is removed so that the space it took is free again.
@@ -42,9 +43,11 @@ from typing import Any, Callable
 from etils import epath
 import grain
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax import storage
+from bertjax.runtime import distributed
 
 _ITERATOR_STATE = 'iterator_state.json'
 # The seal of a checkpoint step (see the module docstring), and orbax's own
@@ -138,6 +141,35 @@ def _said_sealed(step_dir: str) -> bool:
     return bool(metadata.get('custom_metadata', {}).get(_SEALED))
   except (OSError, ValueError, AttributeError):
     return False
+
+
+def _verify_on_every_process(step_dir: str) -> tuple[bool, str | None]:
+  """``verify(step_dir)`` as every process agrees on it: (sealed, why the
+  step is unusable or None). A collective with more than one process.
+
+  Each process reads the step itself, and a read can differ (a transient
+  error on one host's mount), so each process's verdict is gathered:
+  the step is set aside if any process found it damaged, and counts as
+  sealed if any process read its seal. Otherwise the processes would part
+  ways, some setting the step aside and the others restoring it, and
+  wait at barriers that never match.
+  """
+  try:
+    sealed, why = verify(step_dir), None
+  except CorruptCheckpointError as e:
+    sealed, why = False, str(e)
+  count = jax.process_count()
+  if count == 1:
+    return sealed, why
+  flags = np.zeros((2, count))
+  flags[:, jax.process_index()] = why is not None, sealed
+  damaged, seals = distributed.sum_over_processes(flags).reshape(2, count)
+  if why is None and damaged.any():
+    hosts = [i for i in range(count) if damaged[i]]
+    why = (f'{step_dir} failed its check on process(es) {hosts} (their '
+           'log says why), though it passed here; every process sets it '
+           'aside together.')
+  return bool(seals.any()), why
 
 
 class IteratorHandler(grain.checkpoint.CheckpointHandler):
@@ -386,10 +418,9 @@ class Checkpointer:
               'repair it, or train in a new --workdir.')
         return None
       step_dir = os.path.join(self._directory, str(step))
-      try:
-        sealed = verify(step_dir)
-      except CorruptCheckpointError as e:
-        self._quarantine(step, str(e), say)
+      sealed, why = _verify_on_every_process(step_dir)
+      if why is not None:
+        self._quarantine(step, why, say)
         continue
       try:
         return self.restore(step, abstract_state, data_iterator,
