@@ -49,7 +49,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 
 from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_lib
@@ -398,13 +397,12 @@ def _load_multitask(workdir: str, step: int) -> Pretrained:
   base = load_pretrained(meta['pretrained']['workdir'],
                          meta['pretrained']['step'])
   directory = storage.absolute(os.path.join(workdir, 'checkpoints'))
-  available = sorted(ocp.utils.checkpoint_steps(directory)) if storage.isdir(
-      directory) else []
-  step = step or (available[-1] if available else 0)
-  if step not in available:
+  chosen, available = checkpoint_lib.choose_step(directory, step or None)
+  if chosen is None:
     raise FinetuneError(f'init={workdir!r} (a multi-task run) has no '
                         f'checkpoint at step {step}; it has steps '
                         f'{available}.')
+  step = chosen
   params = checkpoint_lib.restore_as_saved(directory, step)['params']
   encoder = {k: jax.tree.map(np.asarray, v) for k, v in params.items()
              if k in ('embeddings', 'pooler') or k.startswith('layer_')}
@@ -441,7 +439,7 @@ def read_run(workdir: str) -> Finetuned:
                        base_config())
   pretrained = load_pretrained(cfg.init, cfg.init_step)
   directory = os.path.join(workdir, 'checkpoints')
-  step = checkpoint_lib.latest_step(directory)
+  step, _ = checkpoint_lib.choose_step(directory)
   if step is None:
     raise FinetuneError(f'{workdir!r} has no checkpoint.')
   params = jax.tree.map(np.asarray, checkpoint_lib.restore_as_saved(

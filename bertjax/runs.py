@@ -16,8 +16,6 @@ import json
 import os
 from typing import Any
 
-import orbax.checkpoint as ocp
-
 from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_lib
 from bertjax import storage
@@ -53,14 +51,13 @@ def load_run(workdir: str, step: int | None = None) -> SavedRun:
     if not storage.isfile(path):
       raise ValueError(f'{workdir!r} is not a bertjax workdir: {path!r} is '
                        'missing (give the --workdir of a training run).')
-  available = sorted(ocp.utils.checkpoint_steps(directory)) if storage.isdir(
-      directory) else []
-  if not available:
+  chosen, available = checkpoint_lib.choose_step(directory, step)
+  if chosen is None and (step is None or not available):
     raise ValueError(f'{workdir!r} has no complete checkpoint.')
-  step = available[-1] if step is None else step
-  if step not in available:
+  if chosen is None:
     raise ValueError(f'{workdir!r} has no checkpoint at step {step}; it has '
                      f'steps {available}.')
+  step = chosen
   try:   # Checked against its manifest first.
     state = checkpoint_lib.restore_as_saved(directory, step)
   except checkpoint_lib.CorruptCheckpointError as e:

@@ -691,10 +691,11 @@ def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
 def _init_from(other_workdir: str, abstract_state):
   """The latest state of another run (e.g. phase 1 for phase 2)."""
   directory = os.path.join(other_workdir, 'checkpoints')
-  step = checkpoint_lib.latest_step(directory)
+  step, _ = checkpoint_lib.choose_step(directory)
   if step is None:
     raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
-  checkpoint_lib.verify(os.path.join(storage.absolute(directory), str(step)))
+  checkpoint_lib.verify_on_every_process(
+      os.path.join(storage.absolute(directory), str(step)))
   with ocp.CheckpointManager(
       storage.absolute(directory),
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
@@ -845,7 +846,7 @@ class TrainLoop:
     return state
 
   def _last_checkpoint(self) -> str:
-    latest = self._ckpt.latest_step()
+    latest = self._ckpt.latest_step(agreed=False)   # For a message.
     return ('none (no checkpoint was written)' if latest is None else
             f'step {latest} in {self._ckpt.directory}')
 

@@ -62,6 +62,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax.runtime import checkpoint as checkpoint_lib
+from bertjax.runtime import distributed
 from bertjax import flops
 from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
@@ -347,7 +348,8 @@ def _abstract_params(model: bert_lib.BertForPreTraining):
 
 
 def restore_teacher_params(teacher: TeacherRun, abstract_params) -> dict:
-  """The teacher's parameters at its latest step, as host numpy arrays.
+  """The teacher's parameters at its latest step (process 0's, checked
+  against its manifest), as host numpy arrays.
 
   Only the leaves of ``abstract_params`` (unboxed shapes and dtypes) are
   read: not the optimizer state, nor heads distillation does not run.
@@ -355,17 +357,25 @@ def restore_teacher_params(teacher: TeacherRun, abstract_params) -> dict:
   restore_args = jax.tree.map(
       lambda x: ocp.RestoreArgs(restore_type=np.ndarray, dtype=x.dtype),
       abstract_params)
+  # The step process 0 read: a teacher still training commits new steps.
+  step = distributed.process_zero_choice(teacher.step)
+  directory = storage.absolute(os.path.join(teacher.workdir, CHECKPOINTS))
+  try:
+    checkpoint_lib.verify_on_every_process(os.path.join(directory, str(step)))
+  except checkpoint_lib.CorruptCheckpointError as e:
+    raise TeacherError(f'the teacher {teacher.workdir!r} cannot be read: '
+                       f'{e}') from e
   with ocp.CheckpointManager(
-      storage.absolute(os.path.join(teacher.workdir, CHECKPOINTS)),
+      directory,
       item_handlers={'state': ocp.PyTreeCheckpointHandler()}) as manager:
-    restored = manager.restore(teacher.step, args=ocp.args.Composite(
+    restored = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.PyTreeRestore(
             item={'params': abstract_params},
             restore_args={'params': restore_args}, partial_restore=True)))
   params = restored['state']['params']
   shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
   if shapes(params) != shapes(abstract_params):
-    raise TeacherError(f'the checkpoint at step {teacher.step} in '
+    raise TeacherError(f'the checkpoint at step {step} in '
                        f'{teacher.workdir!r} does not hold the model its '
                        f'{RUN_META} describes.')
   return params

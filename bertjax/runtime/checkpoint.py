@@ -143,32 +143,39 @@ def _said_sealed(step_dir: str) -> bool:
     return False
 
 
-def _verify_on_every_process(step_dir: str) -> tuple[bool, str | None]:
-  """``verify(step_dir)`` as every process agrees on it: (sealed, why the
-  step is unusable or None). A collective with more than one process.
+def verify_on_every_process(step_dir: str) -> bool:
+  """``verify(step_dir)`` as every process agrees on it (a collective with
+  more than one process): every process raises CorruptCheckpointError if
+  any found the step damaged, and it counts as sealed if any read its seal.
 
   Each process reads the step itself, and a read can differ (a transient
-  error on one host's mount), so each process's verdict is gathered:
-  the step is set aside if any process found it damaged, and counts as
-  sealed if any process read its seal. Otherwise the processes would part
-  ways, some setting the step aside and the others restoring it, and
-  wait at barriers that never match.
+  error on one host's mount). Were each to act on its own verdict, some
+  would set the step aside or stop while the others restored it, and they
+  would wait at barriers that never match.
   """
   try:
     sealed, why = verify(step_dir), None
   except CorruptCheckpointError as e:
     sealed, why = False, str(e)
+  if jax.process_count() > 1:
+    sealed, why = _gathered(step_dir, sealed, why)
+  if why is not None:
+    raise CorruptCheckpointError(why)
+  return sealed
+
+
+def _gathered(step_dir: str, sealed: bool, why: str | None
+              ) -> tuple[bool, str | None]:
+  """(sealed, why unusable) over every process's own verdict."""
   count = jax.process_count()
-  if count == 1:
-    return sealed, why
   flags = np.zeros((2, count))
   flags[:, jax.process_index()] = why is not None, sealed
   damaged, seals = distributed.sum_over_processes(flags).reshape(2, count)
   if why is None and damaged.any():
     hosts = [i for i in range(count) if damaged[i]]
     why = (f'{step_dir} failed its check on process(es) {hosts} (their '
-           'log says why), though it passed here; every process sets it '
-           'aside together.')
+           'log says why), though it passed here; every process treats it '
+           'as damaged.')
   return bool(seals.any()), why
 
 
@@ -274,8 +281,13 @@ class Checkpointer:
           f'directory {pattern}, found {found}.')
     write_manifest(found[0])
 
-  def latest_step(self) -> int | None:
-    return self._manager.latest_step()
+  def latest_step(self, agreed: bool = True) -> int | None:
+    """The newest committed step. ``agreed``: process 0's answer on every
+    process (a collective: every process asks at the same point), since
+    each lists the directory itself and one host's listing can lag; False:
+    this process's own listing (for a message)."""
+    step = self._manager.latest_step()
+    return distributed.process_zero_choice(step) if agreed else step
 
   def is_due(self, step: int) -> bool:
     return step % self._save_every_steps == 0
@@ -405,11 +417,11 @@ class Checkpointer:
     another model's checkpoint): that error is raised as it is.
     """
     while True:
-      step = self._manager.latest_step()
+      step = self.latest_step()
       if step is None:
         # Steps set aside by this start or an earlier one: a run was here.
         set_aside = storage.listdir(self._directory + CORRUPT_SUFFIX)
-        if set_aside:
+        if distributed.process_zero_choice(len(set_aside)):
           raise CorruptCheckpointError(
               f'no intact checkpoint remains in {self._directory}: steps '
               f'{", ".join(set_aside)} were unusable and are in '
@@ -418,9 +430,10 @@ class Checkpointer:
               'repair it, or train in a new --workdir.')
         return None
       step_dir = os.path.join(self._directory, str(step))
-      sealed, why = _verify_on_every_process(step_dir)
-      if why is not None:
-        self._quarantine(step, why, say)
+      try:
+        sealed = verify_on_every_process(step_dir)
+      except CorruptCheckpointError as e:
+        self._quarantine(step, str(e), say)
         continue
       try:
         return self.restore(step, abstract_state, data_iterator,
@@ -443,7 +456,7 @@ class Checkpointer:
       storage.move(os.path.join(self._directory, str(step)), target)
     _sync(f'bertjax_quarantine_{step}')
     self._manager.reload()
-    older = self._manager.latest_step()
+    older = self.latest_step()
     say(f'warning: checkpoint step {step} is unusable: {why} Moved it to '
         f'{target}; ' + (f'falling back to step {older}.' if older is not None
                          else 'no older checkpoint remains.'))
@@ -454,18 +467,40 @@ class Checkpointer:
 
 
 def latest_step(directory: str) -> int | None:
-  """The latest complete checkpoint step in ``directory``, without writing."""
+  """The latest complete checkpoint step in ``directory``, without writing,
+  as this process lists it (for a check or a message; to restore it, see
+  ``agreed_latest_step``)."""
   if not storage.isdir(directory):
     return None
   steps = ocp.utils.checkpoint_steps(directory)
   return max(steps) if steps else None
 
 
+def choose_step(directory: str, step: int | None = None
+                ) -> tuple[int | None, list[int]]:
+  """(the step of ``directory`` to restore, this process's list of its
+  complete steps). The step is ``step``, or the latest where None; None
+  where ``directory`` has no complete checkpoint, or not that step.
+
+  Decided on process 0's listing, on every process (a collective; see
+  ``distributed.process_zero_choice``): while a run commits steps, hosts
+  that listed the directory moments apart would otherwise restore
+  different steps.
+  """
+  available = sorted(ocp.utils.checkpoint_steps(directory)) if (
+      storage.isdir(directory)) else []
+  wanted = available[-1] if step is None and available else step
+  return distributed.process_zero_choice(
+      wanted if wanted in available else None), available
+
+
 def restore_as_saved(directory: str, step: int) -> Any:
   """The state saved at ``step`` in ``directory`` (local or a bucket), as
   it was saved: nested arrays on the default device, no target needed.
-  Checked against its manifest first (``verify``)."""
-  verify(os.path.join(storage.absolute(directory), str(step)))
+  Checked against its manifest first (``verify``; a collective with more
+  than one process, so that every process raises if any read fails)."""
+  verify_on_every_process(os.path.join(storage.absolute(directory),
+                                      str(step)))
   with ocp.CheckpointManager(
       storage.absolute(directory),
       item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:

@@ -99,6 +99,25 @@ def sum_over_processes(values: np.ndarray) -> np.ndarray:
       jax.process_count(), -1).view(np.float64).sum(0)
 
 
+def process_zero_choice(value: int | None) -> int | None:
+  """Process 0's ``value`` (a non-negative int, or None) on every process;
+  with one process, ``value``. A collective: every process calls it at
+  the same point.
+
+  For a choice each process would otherwise make from its own reads, such
+  as a directory's latest checkpoint step: a listing can lag on one host
+  (NFS attribute caching, gcsfuse's listing cache) while a run commits a
+  step, and processes that restore different steps train on a silent mix.
+  """
+  if jax.process_count() == 1:
+    return value
+  sent = np.zeros(1)
+  if jax.process_index() == 0:
+    sent[0] = -1 if value is None else value
+  got = int(sum_over_processes(sent)[0])
+  return None if got < 0 else got
+
+
 def check_shared_directory(directory: str) -> None:
   """Fails unless every process sees the files process 0 writes in
   ``directory`` (checkpoints of a multi-host run are written by all)."""

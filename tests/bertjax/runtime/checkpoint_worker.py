@@ -1,11 +1,17 @@
-"""One process of a two-process job whose check of a checkpoint step
-fails on process 1 only (as a transient read on one host's mount would).
+"""One process of a two-process job in which process 1 reads a checkpoint
+directory differently from process 0 (as a host's lagging listing or
+transient read error would on a pod's shared mount).
 
   python checkpoint_worker.py DIRECTORY PORT PROCESS_ID
 
-Both processes save steps 1 and 2 of a small sharded state, then restore
-the latest; on process 1 ``verify`` raises for step 2. The last line
-printed is JSON: the step restored and this process's shard of it.
+Both processes save steps 1 and 2 of a small sharded state. Then:
+
+1. process 1's listing lags (it sees step 1 only): both ask for the latest
+   step, choose one to restore, and restore the latest;
+2. process 1's check of step 2 fails: both restore step 2 as saved (which
+   must fail on both), then restore the latest (which sets step 2 aside).
+
+The last line printed is JSON with what this process got.
 ``test_checkpoint_multihost.py`` runs two of these.
 """
 
@@ -19,12 +25,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 
 from bertjax.runtime import checkpoint
 from bertjax.runtime import distributed
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 _verify = checkpoint.verify
+_checkpoint_steps = ocp.utils.checkpoint_steps
 
 
 def _unreadable_step_2(step_dir: str) -> bool:
@@ -33,11 +41,19 @@ def _unreadable_step_2(step_dir: str) -> bool:
   return _verify(step_dir)
 
 
+def _restored(ckpt, abstract) -> dict:
+  state, step = ckpt.restore_latest(abstract, None)
+  shard = state['w'].addressable_shards[0].data
+  return {'step': step, 'shard': np.asarray(shard).tolist()}
+
+
 def main(directory: str, port: str, index: str) -> None:
   distributed.initialize(coordinator_address=f'localhost:{port}',
                          num_processes=2, process_id=int(index))
+  lagging = jax.process_index() == 1
   mesh = jax.make_mesh((2,), ('data',))
   sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
+  abstract = {'w': jax.ShapeDtypeStruct((4,), np.float32, sharding=sharded)}
 
   def state(step):
     return {'w': jax.make_array_from_callback(
@@ -47,13 +63,26 @@ def main(directory: str, port: str, index: str) -> None:
                                  async_save=False)
   for step in (1, 2):
     ckpt.save(step, state(step))
-  if jax.process_index() == 1:
+  got = {}
+  if lagging:   # 1. Step 2 not yet in this host's listing.
+    ckpt._manager.latest_step = lambda: 1  # pylint: disable=protected-access
+    ocp.utils.checkpoint_steps = lambda d: [s for s in _checkpoint_steps(d)
+                                            if s != 2]
+  got['latest'] = ckpt.latest_step()
+  got['chosen'] = checkpoint.choose_step(directory)[0]
+  got['lagging'] = _restored(ckpt, abstract)
+  if lagging:   # 2. Step 2 listed, but this host cannot read it.
+    del ckpt._manager.latest_step  # pylint: disable=protected-access
+    ocp.utils.checkpoint_steps = _checkpoint_steps
     checkpoint.verify = _unreadable_step_2
-  abstract = {'w': jax.ShapeDtypeStruct((4,), np.float32, sharding=sharded)}
-  restored, step = ckpt.restore_latest(abstract, None)
+  try:
+    checkpoint.restore_as_saved(directory, 2)
+    got['as_saved'] = 'restored'
+  except checkpoint.CorruptCheckpointError as e:
+    got['as_saved'] = str(e)
+  got['unreadable'] = _restored(ckpt, abstract)
   ckpt.close()
-  shard = restored['w'].addressable_shards[0].data
-  print(json.dumps({'step': step, 'shard': np.asarray(shard).tolist()}))
+  print(json.dumps(got))
 
 
 if __name__ == '__main__':
