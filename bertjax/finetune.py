@@ -1048,16 +1048,27 @@ def shard_and_compile(steps: Steps, place: train_lib.Placement,
   return Compiled(abstract_state, state_sh, train_step, predict)
 
 
+def resume(ckpt: checkpoint_lib.Checkpointer, abstract_state, workdir: str):
+  """The state at ``workdir``'s latest intact checkpoint, or None where it
+  has none. As in pretraining (``Checkpointer.restore_latest``), a step
+  that fails its manifest is moved to ``checkpoints_corrupt/`` and the
+  next older one is restored; if none is left, the error says so."""
+  restored = ckpt.restore_latest(abstract_state, None, _say)
+  if restored is None:
+    return None
+  state, step = restored
+  _say(f'resumed from the checkpoint at step {step} in {workdir}')
+  return state
+
+
 def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
                     steps: Steps, compiled: Compiled,
                     pretrained: Pretrained) -> train_lib.TrainState:
   """The latest checkpoint in ``workdir``, else a fresh state (born
   sharded) with ``pretrained``'s encoder put in (``init_weights``
   pretrained) or left at random."""
-  latest = ckpt.latest_step()
-  if latest is not None:
-    state = ckpt.restore(latest, compiled.abstract_state, None)
-    _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+  state = resume(ckpt, compiled.abstract_state, workdir)
+  if state is not None:
     return state
   state = sharding.create_sharded(steps.init_state, compiled.state_sh)
   if cfg.init_weights == 'pretrained':

@@ -713,10 +713,8 @@ def restore_or_init(cfg, workdir: str, ckpt: checkpoint_lib.Checkpointer,
   """The latest checkpoint in ``workdir``, else a fresh state (born
   sharded) with ``pretrained``'s encoder and pooler put in
   (``init_weights`` pretrained) or left at random."""
-  latest = ckpt.latest_step()
-  if latest is not None:
-    state = ckpt.restore(latest, compiled.abstract_state, None)
-    _say(f'resumed from the checkpoint at step {latest} in {workdir}')
+  state = finetune.resume(ckpt, compiled.abstract_state, workdir)
+  if state is not None:
     return state
   state = sharding.create_sharded(steps.init_state, compiled.state_sh)
   if cfg.init_weights == 'pretrained':

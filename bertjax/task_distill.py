@@ -685,10 +685,9 @@ def _restore_or_init(ckpt, steps, compiled, place, boxed, student_run,
   """This stage's latest checkpoint; else a fresh state (the teacher placed
   on the mesh and passed in) with the student from the previous stage, or
   (the first stage) its pretrained encoder."""
-  latest = ckpt.latest_step()
-  if latest is not None:
-    _say(f'resumed from the checkpoint at step {latest}')
-    return ckpt.restore(latest, compiled.abstract_state, None)
+  state = finetune.resume(ckpt, compiled.abstract_state, ckpt.directory)
+  if state is not None:
+    return state
   state = sharding.create_sharded(
       steps.init_state, compiled.state_sh,
       sharding.place_boxed(boxed, place.mesh, place.rules))

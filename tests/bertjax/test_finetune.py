@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bertjax import compress
+from bertjax.runtime import checkpoint
 from bertjax import finetune
 from bertjax import storage
 from bertjax.models import bert as bert_lib
@@ -734,6 +735,31 @@ def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks, full,
   for field, value in (('num_epochs', 0.5), ('optimizer.learning_rate', 3e-3)):
     with pytest.raises(finetune.FinetuneError, match=field.split('.')[0]):
       _run(pretrained, tasks, tmp_path / 'a', 'full', **{field: value})
+
+
+@pytest.mark.e2e
+def test_a_damaged_checkpoint_is_set_aside_and_the_one_before_resumed(
+    pretrained, tasks, full, tmp_path, capsys):
+  """With 2 checkpoints kept (steps 4 and 8), step 8's largest file changed
+  on disk: the rerun sets step 8 aside, resumes from step 4 and ends as
+  the run that was never damaged."""
+  workdir = tmp_path / 'kept'
+  _run(pretrained, tasks, workdir, 'full', keep_checkpoints=2)
+  files = [p for p in (workdir / 'checkpoints' / '8').rglob('*')
+           if p.is_file() and p.name != checkpoint.MANIFEST]
+  victim = max(files, key=lambda p: p.stat().st_size)
+  data = bytearray(victim.read_bytes())
+  data[len(data) // 2] ^= 0xFF
+  victim.write_bytes(bytes(data))
+  capsys.readouterr()
+  again = _run(pretrained, tasks, workdir, 'full', keep_checkpoints=2)
+  out = capsys.readouterr().out
+  assert 'checkpoint step 8 is unusable' in out
+  assert 'resumed from the checkpoint at step 4' in out
+  assert (workdir / 'checkpoints_corrupt' / '8').is_dir()
+  assert again['metrics'] == full[1]['metrics']
+  a, b = _final_params(workdir), _final_params(full[0])
+  assert all(a[k].tobytes() == b[k].tobytes() for k in b)
 
 
 @pytest.mark.e2e
