@@ -143,20 +143,40 @@ def check_shared_directory(directory: str) -> None:
         'Filestore), or in a bucket (gs://).')
 
 
+class ProcessZeroFailed(RuntimeError):
+  """Process 0 stopped with an error in a block the others wait for."""
+
+
 @contextlib.contextmanager
 def process_zero_first(name: str):
   """Process 0 runs the block first, the others after it has finished.
 
   For work that fills a cache others can reuse (the tokenizer, the
   pre-tokenized data): on a shared filesystem the others find it built; on
-  per-host disks each builds its own copy, byte-identical.
+  per-host disks each builds its own copy, byte-identical. If the block
+  raises on process 0 (a corpus with no usable text, a changed config),
+  the others raise ``ProcessZeroFailed`` at once, instead of waiting at
+  the barrier until the runtime gives up with an error that does not say
+  why.
   """
   if jax.process_count() == 1:
     yield
     return
   if jax.process_index() == 0:
-    yield
-    multihost_utils.sync_global_devices(f'{name}: built')
+    try:
+      yield
+    except BaseException:
+      _tell_the_others(failed=True)
+      raise
+    _tell_the_others(failed=False)
   else:
-    multihost_utils.sync_global_devices(f'{name}: built')
+    if _tell_the_others(failed=False):
+      raise ProcessZeroFailed(
+          f'process 0 stopped with an error while preparing the {name} '
+          '(its log says which); this process stops too.')
     yield
+
+
+def _tell_the_others(failed: bool) -> bool:
+  """Whether process 0 failed (a collective)."""
+  return bool(sum_over_processes(np.asarray([float(failed)]))[0])

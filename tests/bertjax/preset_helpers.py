@@ -4,6 +4,8 @@ import importlib.util
 import json
 import os
 import socket
+import subprocess
+import sys
 
 import flax.linen as nn
 import jax
@@ -81,6 +83,28 @@ def free_port() -> int:
   with socket.socket() as s:
     s.bind(('localhost', 0))
     return s.getsockname()[1]
+
+
+def run_two_processes(script: str, *args: str, timeout: float = 180
+                      ) -> list[dict]:
+  """Runs ``script *args PORT INDEX`` as the two processes of a job on
+  loopback (one fake CPU device each); asserts both exit 0 and returns
+  the JSON each printed on its last line."""
+  port = str(free_port())
+  env = dict(os.environ, JAX_PLATFORMS='cpu',
+             XLA_FLAGS='--xla_force_host_platform_device_count=1')
+  procs = [subprocess.Popen([sys.executable, script, *args, port, str(i)],
+                            env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+           for i in range(2)]
+  try:
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+  finally:
+    for p in procs:
+      p.kill()
+  assert [p.returncode for p in procs] == [0, 0], '\n'.join(
+      out[-3000:] for out in outs)
+  return [json.loads(out.strip().splitlines()[-1]) for out in outs]
 
 
 def random_bert_params(cfg, vocab_size: int, scale: float, seed: int = 0):

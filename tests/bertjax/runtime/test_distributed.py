@@ -1,8 +1,11 @@
 """Start-up of multi-process jobs: what is detected, and bad flags."""
 
+import os
+
 import pytest
 
 from bertjax.runtime import distributed
+import preset_helpers
 
 
 @pytest.mark.parametrize('env, expected', [
@@ -44,3 +47,16 @@ def test_single_process_when_nothing_is_detected(monkeypatch):
   monkeypatch.delenv('MEGASCALE_COORDINATOR_ADDRESS', raising=False)
   assert distributed.initialize('auto') == 'single process'
   assert distributed.initialize('off') == 'single process'
+
+
+def test_an_error_on_process_zero_stops_the_others_with_its_cause(tmp_path):
+  # process_zero_first: process 0 raises while the others wait for it.
+  worker = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        'two_process_worker.py')
+  got = preset_helpers.run_two_processes(worker, 'process_zero_fails',
+                                         str(tmp_path))
+  assert got[0] == {'raised': 'ValueError',
+                    'message': 'injected: no usable text'}
+  assert got[1]['raised'] == 'ProcessZeroFailed'
+  assert 'process 0 stopped with an error while preparing the input data' \
+      in got[1]['message']

@@ -1,18 +1,21 @@
-"""One process of a two-process job in which process 1 reads a checkpoint
-directory differently from process 0 (as a host's lagging listing or
-transient read error would on a pod's shared mount).
+"""One process of a two-process job on loopback, in which process 1 reads
+a checkpoint directory differently from process 0, or process 0 fails.
 
-  python checkpoint_worker.py DIRECTORY PORT PROCESS_ID
+  python two_process_worker.py SCENARIO DIRECTORY PORT PROCESS_ID
 
-Both processes save steps 1 and 2 of a small sharded state. Then:
+Scenario ``checkpoint``: both processes save steps 1 and 2 of a small
+sharded state. Then:
 
 1. process 1's listing lags (it sees step 1 only): both ask for the latest
    step, choose one to restore, and restore the latest;
 2. process 1's check of step 2 fails: both restore step 2 as saved (which
    must fail on both), then restore the latest (which sets step 2 aside).
 
+Scenario ``process_zero_fails``: process 0 raises inside
+``distributed.process_zero_first``.
+
 The last line printed is JSON with what this process got.
-``test_checkpoint_multihost.py`` runs two of these.
+``test_checkpoint_multihost.py`` and ``test_distributed.py`` run two.
 """
 
 import json
@@ -47,9 +50,17 @@ def _restored(ckpt, abstract) -> dict:
   return {'step': step, 'shard': np.asarray(shard).tolist()}
 
 
-def main(directory: str, port: str, index: str) -> None:
-  distributed.initialize(coordinator_address=f'localhost:{port}',
-                         num_processes=2, process_id=int(index))
+def process_zero_fails() -> dict:
+  try:
+    with distributed.process_zero_first('input data'):
+      if jax.process_index() == 0:
+        raise ValueError('injected: no usable text')
+  except (ValueError, distributed.ProcessZeroFailed) as e:
+    return {'raised': type(e).__name__, 'message': str(e)}
+  return {'raised': None}
+
+
+def checkpoint_reads(directory: str) -> dict:
   lagging = jax.process_index() == 1
   mesh = jax.make_mesh((2,), ('data',))
   sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec('data'))
@@ -82,6 +93,14 @@ def main(directory: str, port: str, index: str) -> None:
     got['as_saved'] = str(e)
   got['unreadable'] = _restored(ckpt, abstract)
   ckpt.close()
+  return got
+
+
+def main(scenario: str, directory: str, port: str, index: str) -> None:
+  distributed.initialize(coordinator_address=f'localhost:{port}',
+                         num_processes=2, process_id=int(index))
+  got = (process_zero_fails() if scenario == 'process_zero_fails'
+         else checkpoint_reads(directory))
   print(json.dumps(got))
 
 
