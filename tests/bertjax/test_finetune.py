@@ -617,10 +617,12 @@ def _run(pretrained, tasks, workdir, mode, kind='classification', **fields):
 
 @pytest.fixture(scope='module')
 def full(pretrained, tasks, tmp_path_factory):
-  """(workdir, result) of a full fine-tuning at ``_run``'s settings: the
-  tests below read it and never write into it."""
+  """(workdir, result) of a full fine-tuning at ``_run``'s settings, its
+  checkpoints at steps 4 and 8 kept: the tests below read it and never
+  write into it."""
   workdir = tmp_path_factory.mktemp('finetune') / 'full'
-  return workdir, _run(pretrained, tasks, workdir, 'full')
+  return workdir, _run(pretrained, tasks, workdir, 'full',
+                       keep_checkpoints=2)
 
 
 def _final_params(workdir):
@@ -740,11 +742,10 @@ def test_rerun_resumes_and_runs_are_deterministic(pretrained, tasks, full,
 @pytest.mark.e2e
 def test_a_damaged_checkpoint_is_set_aside_and_the_one_before_resumed(
     pretrained, tasks, full, tmp_path, capsys):
-  """With 2 checkpoints kept (steps 4 and 8), step 8's largest file changed
-  on disk: the rerun sets step 8 aside, resumes from step 4 and ends as
-  the run that was never damaged."""
+  """Step 8's largest file changed on disk: the rerun sets step 8 aside,
+  resumes from step 4 and ends as the run that was never damaged."""
   workdir = tmp_path / 'kept'
-  _run(pretrained, tasks, workdir, 'full', keep_checkpoints=2)
+  shutil.copytree(full[0], workdir)
   files = [p for p in (workdir / 'checkpoints' / '8').rglob('*')
            if p.is_file() and p.name != checkpoint.MANIFEST]
   victim = max(files, key=lambda p: p.stat().st_size)
