@@ -468,8 +468,8 @@ class Checkpointer:
 
 def latest_step(directory: str) -> int | None:
   """The latest complete checkpoint step in ``directory``, without writing,
-  as this process lists it (for a check or a message; to restore it, see
-  ``agreed_latest_step``)."""
+  as this process lists it (for a check or a message; the step to restore
+  is ``choose_step``'s)."""
   if not storage.isdir(directory):
     return None
   steps = ocp.utils.checkpoint_steps(directory)
