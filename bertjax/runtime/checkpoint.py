@@ -146,37 +146,54 @@ def _said_sealed(step_dir: str) -> bool:
 def verify_on_every_process(step_dir: str) -> bool:
   """``verify(step_dir)`` as every process agrees on it (a collective with
   more than one process): every process raises CorruptCheckpointError if
-  any found the step damaged, and it counts as sealed if any read its seal.
+  any found the step damaged, else OSError if any could not read it (a
+  read that failed says nothing of the step: it is not set aside), and
+  it counts as sealed if any read its seal.
 
   Each process reads the step itself, and a read can differ (a transient
-  error on one host's mount). Were each to act on its own verdict, some
+  error on one host's mount, a file deleted by the writer's retention
+  between listing and reading). Were each to act on its own verdict, some
   would set the step aside or stop while the others restored it, and they
   would wait at barriers that never match.
   """
+  sealed, why, failed = False, None, None
   try:
-    sealed, why = verify(step_dir), None
+    sealed = verify(step_dir)
   except CorruptCheckpointError as e:
-    sealed, why = False, str(e)
+    why = str(e)
+  except OSError as e:
+    failed = e
   if jax.process_count() > 1:
-    sealed, why = _gathered(step_dir, sealed, why)
+    sealed, why, unread = _gathered(step_dir, sealed, why, failed is not None)
+  else:
+    unread = []
   if why is not None:
     raise CorruptCheckpointError(why)
+  if failed is not None:
+    raise failed
+  if unread:
+    raise OSError(f'{step_dir} could not be read on process(es) {unread} '
+                  '(their log says why); every process stops. Rerun when '
+                  'the storage answers again.')
   return sealed
 
 
-def _gathered(step_dir: str, sealed: bool, why: str | None
-              ) -> tuple[bool, str | None]:
-  """(sealed, why unusable) over every process's own verdict."""
+def _gathered(step_dir: str, sealed: bool, why: str | None, failed: bool
+              ) -> tuple[bool, str | None, list[int]]:
+  """(sealed, why damaged, the processes whose read failed) over every
+  process's own verdict."""
   count = jax.process_count()
-  flags = np.zeros((2, count))
-  flags[:, jax.process_index()] = why is not None, sealed
-  damaged, seals = distributed.sum_over_processes(flags).reshape(2, count)
+  flags = np.zeros((3, count))
+  flags[:, jax.process_index()] = why is not None, sealed, failed
+  damaged, seals, unread = distributed.sum_over_processes(flags).reshape(
+      3, count)
   if why is None and damaged.any():
     hosts = [i for i in range(count) if damaged[i]]
     why = (f'{step_dir} failed its check on process(es) {hosts} (their '
            'log says why), though it passed here; every process treats it '
            'as damaged.')
-  return bool(seals.any()), why
+  return (bool(seals.any()), why,
+          [i for i in range(count) if unread[i]])
 
 
 class IteratorHandler(grain.checkpoint.CheckpointHandler):

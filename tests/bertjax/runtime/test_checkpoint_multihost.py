@@ -43,3 +43,11 @@ def test_a_step_one_process_cannot_read_fails_on_both(run):
                                             {'step': 1, 'shard': [3.0, 4.0]}]
   assert os.listdir(tmp / 'checkpoints_corrupt') == ['2']
   assert os.listdir(tmp / 'checkpoints') == ['1']
+
+
+def test_a_read_that_fails_on_one_process_stops_both(run):
+  _, got = run
+  assert got[1]['failed_read'] == (
+      'OSError: [Errno 116] injected: stale file handle')
+  assert got[0]['failed_read'].startswith('OSError: ')
+  assert 'could not be read on process(es) [1]' in got[0]['failed_read']

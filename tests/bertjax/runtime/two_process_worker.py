@@ -9,7 +9,9 @@ sharded state. Then:
 1. process 1's listing lags (it sees step 1 only): both ask for the latest
    step, choose one to restore, and restore the latest;
 2. process 1's check of step 2 fails: both restore step 2 as saved (which
-   must fail on both), then restore the latest (which sets step 2 aside).
+   must fail on both), then restore the latest (which sets step 2 aside);
+3. process 1's read of step 1 fails (an OSError, not damage): both
+   restore step 1 as saved, which must fail on both.
 
 Scenario ``process_zero_fails``: process 0 raises inside
 ``distributed.process_zero_first``.
@@ -41,6 +43,12 @@ _checkpoint_steps = ocp.utils.checkpoint_steps
 def _unreadable_step_2(step_dir: str) -> bool:
   if os.path.basename(step_dir) == '2':
     raise checkpoint.CorruptCheckpointError(f'{step_dir}: injected read error')
+  return _verify(step_dir)
+
+
+def _failed_read_of_step_1(step_dir: str) -> bool:
+  if os.path.basename(step_dir) == '1':
+    raise OSError(116, 'injected: stale file handle')
   return _verify(step_dir)
 
 
@@ -92,6 +100,13 @@ def checkpoint_reads(directory: str) -> dict:
   except checkpoint.CorruptCheckpointError as e:
     got['as_saved'] = str(e)
   got['unreadable'] = _restored(ckpt, abstract)
+  if lagging:   # 3. This host's read of step 1 fails (not damage).
+    checkpoint.verify = _failed_read_of_step_1
+  try:
+    checkpoint.restore_as_saved(directory, 1)
+    got['failed_read'] = 'restored'
+  except OSError as e:
+    got['failed_read'] = f'{type(e).__name__}: {e}'
   ckpt.close()
   return got
 
