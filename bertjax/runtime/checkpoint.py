@@ -487,10 +487,15 @@ def latest_step(directory: str) -> int | None:
   """The latest complete checkpoint step in ``directory``, without writing,
   as this process lists it (for a check or a message; the step to restore
   is ``choose_step``'s)."""
-  if not storage.isdir(directory):
-    return None
-  steps = ocp.utils.checkpoint_steps(directory)
-  return max(steps) if steps else None
+  steps = _complete_steps(directory)
+  return steps[-1] if steps else None
+
+
+def _complete_steps(directory: str) -> list[int]:
+  """``directory``'s complete checkpoint steps, ascending, as this process
+  lists them (none where it does not exist)."""
+  return sorted(ocp.utils.checkpoint_steps(directory)) if (
+      storage.isdir(directory)) else []
 
 
 def choose_step(directory: str, step: int | None = None
@@ -504,8 +509,7 @@ def choose_step(directory: str, step: int | None = None
   that listed the directory moments apart would otherwise restore
   different steps.
   """
-  available = sorted(ocp.utils.checkpoint_steps(directory)) if (
-      storage.isdir(directory)) else []
+  available = _complete_steps(directory)
   wanted = available[-1] if step is None and available else step
   return distributed.process_zero_choice(
       wanted if wanted in available else None), available
