@@ -24,6 +24,7 @@ import qwix
 from safetensors import numpy as st_numpy
 
 from bertjax import config_lib
+from bertjax import errors
 from bertjax import finetune
 from bertjax import pruning
 from bertjax import quantization
@@ -45,7 +46,7 @@ SOURCE_FILE = 'compression.json'
 _INPUTS = ('input_ids', 'token_type_ids', 'attention_mask')
 
 
-class CompressError(ValueError):
+class CompressError(errors.UserError, ValueError):
   """A run or request that cannot be compressed; says what to do."""
 
 

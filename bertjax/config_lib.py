@@ -16,6 +16,7 @@ import os
 import ml_collections
 
 from bertjax import config_check
+from bertjax import errors as errors_lib
 from bertjax import objectives
 from bertjax import optim
 from bertjax import sharding as sharding_lib
@@ -51,6 +52,10 @@ DEFAULT_RULES = (
     ('classes', None),
     ('layers', None),                 # Scanned layers' stacking axis.
 )
+
+
+class ConfigError(errors_lib.UserError, ValueError):
+  """A config with invalid fields; the message lists each and its fix."""
 
 
 # jax.random implementations of the train step's key (config.step_rng).
@@ -497,7 +502,7 @@ def _check_types(cfg, default, prefix: str, errors: list[str],
 
 
 def validate(cfg) -> None:
-  """Raises ValueError listing every problem found in ``cfg``.
+  """Raises ``ConfigError`` listing every problem found in ``cfg``.
 
   Each section is checked on its own (the ``model`` section by
   bertjax/models/config.py, an objective's by its module), then the fields
@@ -508,7 +513,7 @@ def validate(cfg) -> None:
   # Types first: the checks below compare values.
   _check_types(cfg, base_config(), '', errors)
   if errors:
-    raise ValueError('invalid config:\n  ' + '\n  '.join(errors))
+    raise ConfigError('invalid config:\n  ' + '\n  '.join(errors))
   _check_run(cfg, errors)
   model_config_lib.check(cfg.model, errors)
   _check_data(cfg.data, errors)
@@ -522,7 +527,7 @@ def validate(cfg) -> None:
   if not errors:   # Mixes of fields, once each field is valid on its own.
     errors.extend(config_check.errors_for(cfg))
   if errors:
-    raise ValueError('invalid config:\n  ' + '\n  '.join(errors))
+    raise ConfigError('invalid config:\n  ' + '\n  '.join(errors))
 
 
 def _check_run(cfg, errors: list[str]) -> None:

@@ -52,6 +52,7 @@ import optax
 
 from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax import config_lib
+from bertjax import errors as errors_lib
 from bertjax.interop import hf_convert
 from bertjax.runtime import metric_writers
 from bertjax import objectives
@@ -95,7 +96,7 @@ _LABELS = {'classification': ('label',), 'regression': ('label',),
            'token': ('labels',), 'span': ('start_positions', 'end_positions')}
 
 
-class FinetuneError(ValueError):
+class FinetuneError(errors_lib.UserError, ValueError):
   """A config or source that fine-tuning cannot use; the message says why."""
 
 

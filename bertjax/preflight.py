@@ -46,6 +46,7 @@ import jax
 import numpy as np
 
 from bertjax import config_lib
+from bertjax import errors
 from bertjax import flops
 from bertjax import objectives
 from bertjax import sharding
@@ -82,7 +83,7 @@ CHIPS = {
 _ALIASES = {'v5litepod': 'v5e', 'v6litepod': 'v6e'}
 
 
-class PreflightError(ValueError):
+class PreflightError(errors.UserError, ValueError):
   """The pre-flight cannot run; the message says why."""
 
 
@@ -515,7 +516,7 @@ def main(argv) -> None:
     print(f'{report["config"]} on {report["num_slices"]} x '
           f'{report["topology"]}: DOES NOT FIT; the TPU compiler: {e}')
     print(f'report: {write({**report, "_hlo": {}}, out)}')
-  except (PreflightError, ValueError) as e:
+  except (errors.UserError, ValueError) as e:
     sys.exit(f'preflight: {e}')
   else:
     print(format_report(report))

@@ -27,6 +27,8 @@ from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 
+from bertjax import errors
+
 MESH_AXES = ('replica', 'data', 'fsdp', 'tensor')
 BATCH_AXES = ('replica', 'data', 'fsdp')
 # Axes that split a parameter rather than copy it.
@@ -278,7 +280,7 @@ def sharding_report(abstract_params, mesh: Mesh
   return '\n'.join(lines), warnings
 
 
-class DeviceMemoryError(ValueError):
+class DeviceMemoryError(errors.UserError, ValueError):
   """The compiled step needs more memory than a device has."""
 
 

@@ -35,13 +35,15 @@ from typing import IO, Iterator
 
 import fsspec
 
+from bertjax import errors
+
 # Bucket listings are never cached: other writers (TensorStore writing a
 # checkpoint, another host, another process) change a bucket behind this
 # process's back, and a stale listing would hide a checkpoint or a shard.
 for _protocol in ('gs', 'gcs'):
   fsspec.config.conf.setdefault(_protocol, {})['use_listings_cache'] = False
 
-class StorageError(OSError):
+class StorageError(errors.UserError, OSError):
   """A path cannot be used; the message says why and what to do."""
 
 

@@ -46,6 +46,7 @@ from bertjax import config_check
 from bertjax import config_lib
 from bertjax.runtime import distributed
 from bertjax.runtime import divergence
+from bertjax import errors
 from bertjax import flops
 from bertjax.runtime import metric_writers
 from bertjax import objectives
@@ -92,7 +93,7 @@ class TrainState:
   health: Any = None
 
 
-class ResumeError(ValueError):
+class ResumeError(errors.UserError, ValueError):
   """The workdir holds a run that this config cannot continue."""
 
 
@@ -958,7 +959,8 @@ def main(argv) -> None:
   how = train_flags.start(argv)
   say(f'jax {jax.__version__}: {how}')
   try:
-    train_and_evaluate(train_flags.CONFIG.value, train_flags.WORKDIR.value)
+    with train_flags.reporting('train'):
+      train_and_evaluate(train_flags.CONFIG.value, train_flags.WORKDIR.value)
   except preemption.Preempted as e:
     say(str(e))
     sys.exit(preemption.EXIT_PREEMPTED)

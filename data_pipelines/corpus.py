@@ -44,6 +44,7 @@ from typing import BinaryIO, Iterable, Iterator, Sequence
 import numpy as np
 import zstandard
 
+from bertjax import errors
 from bertjax import storage
 
 SOURCES = ('embedded', 'files', 'tfds')
@@ -117,7 +118,7 @@ SKIP_COUNTERS = {
 }
 
 
-class CorpusError(ValueError):
+class CorpusError(errors.UserError, ValueError):
   """The corpus cannot be read; the message says what to change."""
 
 

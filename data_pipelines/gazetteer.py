@@ -20,6 +20,7 @@ import io
 
 import numpy as np
 
+from bertjax import errors
 from bertjax import storage
 from data_pipelines import tokenizer as tokenizer_lib
 
@@ -27,7 +28,7 @@ OUTSIDE, ENTITY_BEGIN, ENTITY_INSIDE, PHRASE_BEGIN, PHRASE_INSIDE = range(5)
 KINDS = {'entity': ENTITY_BEGIN, 'phrase': PHRASE_BEGIN}
 
 
-class GazetteerError(ValueError):
+class GazetteerError(errors.UserError, ValueError):
   """The gazetteer file cannot be used; the message says why."""
 
 

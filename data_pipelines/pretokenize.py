@@ -49,6 +49,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from bertjax import errors
 from bertjax import storage
 from data_pipelines import corpus as corpus_lib
 from data_pipelines import shards
@@ -78,7 +79,7 @@ DocumentIndex = shards.DocumentIndex
 DEFAULT_DOCS_PER_SHARD = 2000
 
 
-class DataError(ValueError):
+class DataError(errors.UserError, ValueError):
   """The prepared data cannot be used; the message says why."""
 
 

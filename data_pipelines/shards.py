@@ -46,6 +46,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from array_record.python import array_record_module
 import numpy as np
 
+from bertjax import errors
 from bertjax import storage
 from data_pipelines import annotations
 from data_pipelines import corpus as corpus_lib
@@ -107,7 +108,7 @@ def _load_npy(path: str) -> np.ndarray:
     return np.load(f)
 
 
-class ShardError(ValueError):
+class ShardError(errors.UserError, ValueError):
   """A shard is missing, truncated or corrupt; the message names it."""
 
 

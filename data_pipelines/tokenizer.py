@@ -24,6 +24,7 @@ import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
+from bertjax import errors
 from bertjax import storage
 
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
@@ -40,7 +41,7 @@ ALBERT_NORMALIZATIONS = ('albert_uncased', 'albert_cased')
 _CASE_FOLDING_RULES = ('nmt_nfkc_cf', 'nfkc_cf', ALBERT_NORMALIZATIONS[0])
 
 
-class TokenizerError(ValueError):
+class TokenizerError(errors.UserError, ValueError):
   """The tokenizer cannot be trained or loaded; the message says why."""
 
 

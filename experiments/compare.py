@@ -78,6 +78,7 @@ if _ROOT not in sys.path:   # Run as a script from a checkout.
   sys.path.insert(0, _ROOT)
 
 from bertjax import config_lib  # pylint: disable=g-import-not-at-top
+from bertjax import errors  # pylint: disable=g-import-not-at-top
 from bertjax import finetune  # pylint: disable=g-import-not-at-top
 from bertjax import intervals  # pylint: disable=g-import-not-at-top
 from bertjax.runtime import metric_writers  # pylint: disable=g-import-not-at-top
@@ -1512,6 +1513,8 @@ def main(argv=None) -> None:
                   args.control_repeats))
   except CompareError as e:
     parser.error(str(e))
+  except errors.UserError as e:   # An arm's config, data or workdir.
+    parser.exit(2, f'compare: {e}\n')
 
 
 if __name__ == '__main__':

@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
 from bertjax import compress  # pylint: disable=g-import-not-at-top,wrong-import-position
+from bertjax import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _layers(text: str) -> list[int]:
@@ -96,7 +97,7 @@ def main(argv=None) -> None:
     else:
       record = compress.keep_layers(args.workdir, args.out, args.layers,
                                     args.step, args.keep or 0)
-  except compress.CompressError as e:
+  except errors.UserError as e:   # CompressError is one.
     parser.exit(2, f'compress: {e}\n')
   print(json.dumps({k: v for k, v in record.items()
                     if k not in ('importance', 'rounds', 'eval_predictions',

@@ -53,6 +53,7 @@ import numpy as np
 
 from bertjax import compress
 from bertjax import config_lib
+from bertjax import errors
 from bertjax import finetune
 from bertjax import intervals
 from bertjax import storage
@@ -383,7 +384,7 @@ def main(argv=None) -> None:
       for model in models:
         finetune_config(args.finetune, s, runs.get(model, args.init),
                         model == 'int8')
-  except TableError as e:
+  except (TableError, errors.UserError) as e:
     parser.exit(2, f'compression_table: {e}\n')
   storage.makedirs(args.results)
   rows_path = os.path.join(args.results, ROWS)

@@ -17,6 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
+from bertjax import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax.interop import hf_convert  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import storage  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -35,7 +36,7 @@ def main(argv=None) -> None:
   try:
     written = hf_convert.export_run(args.workdir, args.out, args.step,
                                     args.family)
-  except (hf_convert.ConversionError, ValueError) as e:
+  except (errors.UserError, ValueError) as e:
     parser.exit(2, f'export: {e}\n')
   for directory in written:
     architecture = storage.read_text(os.path.join(

@@ -92,14 +92,12 @@ def scratch_table(arms: dict, mode: str) -> str:
 
 def main(argv) -> None:
   train_flags.start(argv)
-  try:
+  with train_flags.reporting('finetune'):
     if _COMPARE.value:
       print(compare_scratch(FLAGS.config, FLAGS.workdir, _SEEDS.value),
             end='')
     else:
       finetune.finetune(FLAGS.config, FLAGS.workdir)   # Prints its scores.
-  except finetune.FinetuneError as e:
-    sys.exit(f'finetune: {e}')
 
 
 if __name__ == '__main__':

@@ -23,9 +23,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
+from bertjax import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax.interop import hf_convert  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax.interop import hf_tokenizer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from data_pipelines import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def main(argv=None) -> None:
@@ -42,8 +42,7 @@ def main(argv=None) -> None:
     imported = hf_convert.import_model(args.hf_dir, args.generator_dir)
     config = hf_convert.write_import(imported, tokenizer, args.out,
                                      source=os.path.abspath(args.hf_dir))
-  except (hf_convert.ConversionError, tokenizer_lib.TokenizerError,
-          ValueError) as e:
+  except (errors.UserError, ValueError) as e:
     parser.exit(2, f'import_hf: {e}\n')
   print(f'{imported.family} checkpoint imported into {args.out}; continue '
         'pretraining with\n  python -m bertjax.train '

@@ -23,7 +23,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 # bertjax.train_flags defines the flags this command shares with
 # pretraining: --config, --workdir, and the multi-host ones (--multihost,
 # ...).
-from bertjax import finetune  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import multitask  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -33,10 +32,8 @@ flags.adopt_module_key_flags(train_flags)   # Listed by --help.
 
 def main(argv) -> None:
   train_flags.start(argv)
-  try:
+  with train_flags.reporting('multitask'):
     multitask.multitask(FLAGS.config, FLAGS.workdir)   # Prints its scores.
-  except finetune.FinetuneError as e:   # MultitaskError is one.
-    sys.exit(f'multitask: {e}')
 
 
 if __name__ == '__main__':

@@ -28,10 +28,8 @@ flags.adopt_module_key_flags(train_flags)   # Listed by --help.
 
 def main(argv) -> None:
   train_flags.start(argv)
-  try:
+  with train_flags.reporting('task_distill'):
     task_distill.distill_task(FLAGS.config, FLAGS.workdir)   # Prints scores.
-  except task_distill.DistillError as e:
-    sys.exit(f'task_distill: {e}')
 
 
 if __name__ == '__main__':

@@ -57,6 +57,7 @@ from safetensors import numpy as st_numpy
 
 from bertjax.runtime import checkpoint
 from bertjax import config_lib
+from bertjax import errors
 from bertjax.interop import hf_tokenizer
 from bertjax import objectives
 from bertjax import pruning
@@ -109,7 +110,7 @@ _LEFT_OUT = {
 }
 
 
-class ConversionError(ValueError):
+class ConversionError(errors.UserError, ValueError):
   """A checkpoint or run cannot be converted; the message says why."""
 
 

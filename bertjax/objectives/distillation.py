@@ -63,6 +63,7 @@ import orbax.checkpoint as ocp
 
 from bertjax.runtime import checkpoint as checkpoint_lib
 from bertjax.runtime import distributed
+from bertjax import errors as errors_lib
 from bertjax import flops
 from bertjax.models import bert as bert_lib
 from bertjax.models import config as model_config_lib
@@ -84,7 +85,7 @@ CHECKPOINTS = 'checkpoints'
 _COSINE_EPS = 1e-12
 
 
-class TeacherError(ValueError):
+class TeacherError(errors_lib.UserError, ValueError):
   """The teacher run cannot teach this run."""
 
 

@@ -46,6 +46,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bertjax import errors
 from bertjax import storage
 from bertjax.runtime import distributed
 
@@ -60,11 +61,11 @@ _TMP_SUFFIX = '.orbax-checkpoint-tmp'
 CORRUPT_SUFFIX = '_corrupt'
 
 
-class CorruptCheckpointError(ValueError):
+class CorruptCheckpointError(errors.UserError, ValueError):
   """A checkpoint step whose files do not match its manifest."""
 
 
-class CheckpointSaveError(OSError):
+class CheckpointSaveError(errors.UserError, OSError):
   """A save that failed; the checkpoints written before it are intact."""
 
 

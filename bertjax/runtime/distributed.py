@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from bertjax import errors
 from bertjax import storage
 
 MODES = ('auto', 'on', 'off')
@@ -143,7 +144,7 @@ def check_shared_directory(directory: str) -> None:
         'Filestore), or in a bucket (gs://).')
 
 
-class ProcessZeroFailed(RuntimeError):
+class ProcessZeroFailed(errors.UserError, RuntimeError):
   """Process 0 stopped with an error in a block the others wait for."""
 
 

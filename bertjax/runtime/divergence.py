@@ -23,8 +23,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from bertjax import errors
 
-class DivergenceError(FloatingPointError):
+
+class DivergenceError(errors.UserError, FloatingPointError):
   """Training halted: too many consecutive non-finite steps."""
 
 

@@ -6,13 +6,15 @@ The bottom of the package's imports: it imports none of the other modules.
 
 from __future__ import annotations
 
+from bertjax import errors
+
 KINDS = ('classification', 'regression', 'token', 'span')
 # The label of an encoded position that carries none (token tasks: later
 # sub-tokens, specials, padding). Losses and metrics skip it.
 IGNORE = -1
 
 
-class TaskError(ValueError):
+class TaskError(errors.UserError, ValueError):
   """A task cannot be loaded, encoded or scored; the message says what to do."""
 
 

@@ -1,0 +1,16 @@
+"""The errors that are the user's to fix, not the code's.
+
+A ``UserError`` says what was wrong in what a researcher gave (a config, a
+corpus, a tokenizer, a workdir, a checkpoint, storage, a device budget)
+and what to do about it. The command-line entry points print its message
+alone, without a traceback (``train_flags.reporting``); any other
+exception is a defect and keeps its traceback.
+
+Each such class also derives from the built-in error it is (``ValueError``
+for a bad value, ``OSError`` for storage), so code that catches those
+catches it as before.
+"""
+
+
+class UserError(Exception):
+  """An error in the user's input, whose message tells them what to do."""
