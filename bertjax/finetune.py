@@ -777,17 +777,9 @@ def _identity(cfg) -> dict:
 def _check_resume(workdir: str, cfg) -> dict | None:
   """The metadata of the run ``workdir`` resumes (None for a new start);
   fails when it has other settings."""
-  saved = train_lib.binding_meta(workdir, _META)
-  if saved is None:
-    return None
-  changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
-                                       _identity(base_config()))
-  if changed:
-    raise FinetuneError(
-        f'{workdir!r} holds a fine-tuning run with other settings of '
-        f'{list(changed)}; use a new --workdir (or the same settings to '
-        'resume).')
-  return saved
+  return train_lib.refuse_other_settings(
+      workdir, _META, _identity(cfg), _identity(base_config()),
+      FinetuneError, 'a fine-tuning run')
 
 
 def started_from(saved: dict | None, pretrained: Pretrained) -> int:

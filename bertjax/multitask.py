@@ -539,17 +539,9 @@ def _identity(cfg) -> dict:
 def _check_resume(workdir: str, cfg) -> dict | None:
   """The metadata of the run ``workdir`` resumes (None for a new start);
   fails when it has other settings."""
-  saved = train_lib.binding_meta(workdir, META)
-  if saved is None:
-    return None
-  changed = train_lib.identity_changes(saved['identity'], _identity(cfg),
-                                       _identity(base_config()))
-  if changed:
-    raise MultitaskError(
-        f'{workdir!r} holds a multi-task run with other settings of '
-        f'{list(changed)}; use a new --workdir (or the same settings to '
-        'resume).')
-  return saved
+  return train_lib.refuse_other_settings(
+      workdir, META, _identity(cfg), _identity(base_config()),
+      MultitaskError, 'a multi-task run')
 
 
 def _every_task_steps(cfg, keys, sampler: TaskSampler,

@@ -581,15 +581,10 @@ def _check_resume(cfg, workdir: str) -> dict:
   """``cfg``'s identity (what a resumed run must share), checked against
   the one ``workdir`` was written with, if any."""
   identity = json.loads(json.dumps(_identity(cfg)))
-  saved = train_lib.binding_meta(
-      workdir, META, tuple(os.path.join(s, 'checkpoints') for s in STAGES))
-  if saved is not None:
-    changed = train_lib.identity_changes(saved['identity'], identity,
-                                         _identity(base_config()))
-    if changed:
-      raise DistillError(f'{workdir!r} holds a task distillation with other '
-                         f'settings of {list(changed)}; use a new --workdir '
-                         '(or the same settings to resume).')
+  train_lib.refuse_other_settings(
+      workdir, META, identity, _identity(base_config()), DistillError,
+      'a task distillation',
+      tuple(os.path.join(s, 'checkpoints') for s in STAGES))
   return identity
 
 

@@ -280,21 +280,36 @@ def binding_meta(workdir: str, name: str,
   return saved
 
 
-def check_resume_compatible(workdir: str, cfg) -> dict | None:
-  """Fails when ``workdir`` holds a run with a different identity."""
-  saved = binding_meta(workdir, RUN_META)
+def refuse_other_settings(workdir: str, meta: str, identity: dict,
+                          defaults: dict, error: type[Exception], run: str,
+                          checkpoint_dirs: tuple[str, ...] = ('checkpoints',)
+                          ) -> dict | None:
+  """The metadata file ``meta`` of the run that ``workdir`` holds (None:
+  a new start, see ``binding_meta``), once checked that this config's
+  ``identity`` continues it: a run saved with other settings raises
+  ``error``, naming each setting as saved and as now. ``defaults``: the
+  base config's identity (see ``identity_changes``); ``run`` names what
+  the workdir holds ('a fine-tuning run'). Shared by every command that
+  resumes a workdir."""
+  saved = binding_meta(workdir, meta, checkpoint_dirs)
   if saved is None:
     return None
-  changed = identity_changes(saved['identity'], run_identity(cfg),
-                             run_identity(config_lib.base_config()))
+  changed = identity_changes(saved['identity'], identity, defaults)
   if changed:
     theirs, mine = zip(*changed.values())
-    raise ResumeError(
-        f'workdir {workdir!r} holds a run whose {", ".join(changed)} differ '
+    raise error(
+        f'workdir {workdir!r} holds {run} whose {", ".join(changed)} differ '
         f'from this config (saved: {list(theirs)}, now: {list(mine)}). Its '
-        'checkpoints cannot continue with these settings: use a new '
+        'checkpoints cannot continue with other settings: use a new '
         '--workdir, or restore the original settings.')
   return saved
+
+
+def check_resume_compatible(workdir: str, cfg) -> dict | None:
+  """Fails when ``workdir`` holds a run with a different identity."""
+  return refuse_other_settings(
+      workdir, RUN_META, run_identity(cfg),
+      run_identity(config_lib.base_config()), ResumeError, 'a run')
 
 
 # ---------------------------------------------------------------------------

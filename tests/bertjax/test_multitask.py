@@ -412,7 +412,7 @@ def test_multitask_writes_per_task_metrics_and_resumes_bitwise(
   with pytest.raises(multitask.MultitaskError, match='other settings'):
     _run(pretrained, tasks, workdir, mixing='temperature')
   # A span task's windows: another stride reads other batches.
-  with pytest.raises(multitask.MultitaskError, match=r"\['doc_stride'\]"):
+  with pytest.raises(multitask.MultitaskError, match='whose doc_stride'):
     _run(pretrained, tasks, workdir, doc_stride=64)
   # 2 steps of a 1000-step block (seed 0): 'cla' would get none, and its
   # untrained head be reported; refused before anything is written.
