@@ -54,10 +54,6 @@ DEFAULT_RULES = (
 )
 
 
-class ConfigError(errors_lib.UserError, ValueError):
-  """A config with invalid fields; the message lists each and its fix."""
-
-
 # jax.random implementations of the train step's key (config.step_rng).
 STEP_RNGS = ('threefry', 'rbg')
 
@@ -386,6 +382,13 @@ def _check_corpus(prefix: str, corpus, errors: list[str]) -> None:
            f'{corpus_lib.TEXT_FORMATS}.', errors)
     _check(bool(corpus.path), f'{prefix}.source="files" needs {prefix}.path:'
            ' use a directory, a file or a glob of text files.', errors)
+  # A field of another source is not read: a path given without
+  # source="files" would train on the embedded corpus without a word.
+  for field, source in (('path', 'files'), ('tfds_name', 'tfds')):
+    _check(corpus.source == source or not corpus[field],
+           f'{prefix}.{field}={corpus[field]!r} is read only with '
+           f'{prefix}.source="{source}", not {corpus.source!r}: set '
+           f'{prefix}.source={source} (or leave {field} empty).', errors)
   if corpus.source == 'tfds':
     # corpus.read_tfds's form; whether the dataset exists is TFDS's to say.
     name, colon, feature = corpus.tfds_name.rpartition(':')
@@ -502,7 +505,7 @@ def _check_types(cfg, default, prefix: str, errors: list[str],
 
 
 def validate(cfg) -> None:
-  """Raises ``ConfigError`` listing every problem found in ``cfg``.
+  """Raises ``errors.ConfigError`` listing every problem found in ``cfg``.
 
   Each section is checked on its own (the ``model`` section by
   bertjax/models/config.py, an objective's by its module), then the fields
@@ -513,7 +516,7 @@ def validate(cfg) -> None:
   # Types first: the checks below compare values.
   _check_types(cfg, base_config(), '', errors)
   if errors:
-    raise ConfigError('invalid config:\n  ' + '\n  '.join(errors))
+    raise errors_lib.ConfigError('invalid config:\n  ' + '\n  '.join(errors))
   _check_run(cfg, errors)
   model_config_lib.check(cfg.model, errors)
   _check_data(cfg.data, errors)
@@ -527,7 +530,7 @@ def validate(cfg) -> None:
   if not errors:   # Mixes of fields, once each field is valid on its own.
     errors.extend(config_check.errors_for(cfg))
   if errors:
-    raise ConfigError('invalid config:\n  ' + '\n  '.join(errors))
+    raise errors_lib.ConfigError('invalid config:\n  ' + '\n  '.join(errors))
 
 
 def _check_run(cfg, errors: list[str]) -> None:

@@ -14,3 +14,8 @@ catches it as before.
 
 class UserError(Exception):
   """An error in the user's input, whose message tells them what to do."""
+
+
+class ConfigError(UserError, ValueError):
+  """A config (or a flag) with invalid values; the message names each and
+  its fix."""

@@ -296,13 +296,29 @@ def refuse_other_settings(workdir: str, meta: str, identity: dict,
     return None
   changed = identity_changes(saved['identity'], identity, defaults)
   if changed:
-    theirs, mine = zip(*changed.values())
+    details = '; '.join(
+        f'{name}: {theirs!r} saved, {mine!r} now'
+        for section, (old, new) in changed.items()
+        for name, theirs, mine in _leaf_changes(section, old, new))
     raise error(
         f'workdir {workdir!r} holds {run} whose {", ".join(changed)} differ '
-        f'from this config (saved: {list(theirs)}, now: {list(mine)}). Its '
-        'checkpoints cannot continue with other settings: use a new '
-        '--workdir, or restore the original settings.')
+        f'from this config ({details}). Its checkpoints cannot continue '
+        'with other settings: use a new --workdir, or restore the original '
+        'settings.')
   return saved
+
+
+def _leaf_changes(name: str, theirs: Any, mine: Any
+                  ) -> list[tuple[str, Any, Any]]:
+  """The fields in which a saved setting ``theirs`` and ``mine`` differ,
+  as (dotted name, saved, now): inside a section only the fields that
+  changed (a missing one reads None)."""
+  if not (isinstance(theirs, dict) and isinstance(mine, dict)):
+    return [(name, theirs, mine)]
+  return [change for key in sorted(set(theirs) | set(mine))
+          if theirs.get(key) != mine.get(key)
+          for change in _leaf_changes(f'{name}.{key}', theirs.get(key),
+                                      mine.get(key))]
 
 
 def check_resume_compatible(workdir: str, cfg) -> dict | None:

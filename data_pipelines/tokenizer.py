@@ -90,7 +90,15 @@ class Tokenizer:
     """From a model file, local or in a bucket."""
     if not storage.isfile(path):
       raise TokenizerError(f'tokenizer model {path!r} does not exist.')
-    return cls(storage.read_bytes(path))
+    try:
+      return cls(storage.read_bytes(path))
+    except RuntimeError as e:   # SentencePiece's parse error.
+      raise TokenizerError(
+          f'tokenizer model {path!r} is not a SentencePiece model ({e}). '
+          'Give the .model file SentencePiece trains (a WordPiece '
+          'vocab.txt is not one; import a Hugging Face tokenizer with '
+          'experiments/import_hf.py), or leave model_path empty to train '
+          'one on the corpus.') from e
 
   def save(self, path: str) -> None:
     # Atomic: a crash never leaves half a model.

@@ -8,6 +8,7 @@ objective is a new module that does the same: nothing else changes.
 
 from __future__ import annotations
 
+from bertjax import errors
 from bertjax.objectives import base
 
 _OBJECTIVES: dict[str, base.Objective] = {}
@@ -35,7 +36,8 @@ def names() -> tuple[str, ...]:
 def get(name: str) -> base.Objective:
   """The objective registered as ``name``."""
   if name not in _OBJECTIVES:
-    raise ValueError(f'objective.name={name!r}; use one of {names()}.')
+    raise errors.ConfigError(
+        f'objective.name={name!r}; use one of {names()}.')
   return _OBJECTIVES[name]
 
 

@@ -236,12 +236,17 @@ class IteratorRestore(ocp.args.CheckpointArgs):
 
 
 def check_directory(directory: str) -> None:
-  """Raises ValueError where orbax would write ``directory``'s checkpoints
-  unreadable: its merge of a step's parts globs the step's path, and a
-  bracket pair there (a workdir named ``lr[3e-4]``) is a character class
-  that finds none of them (orbax 0.12: saved, then restore fails)."""
+  """Raises ``errors.ConfigError`` where ``directory`` is a file, or where
+  orbax would write its checkpoints unreadable: its merge of a step's
+  parts globs the step's path, and a bracket pair there (a workdir named
+  ``lr[3e-4]``) is a character class that finds none of them (orbax 0.12:
+  saved, then restore fails)."""
+  if storage.isfile(directory):
+    raise errors.ConfigError(
+        f'{directory!r} is a file: a workdir and its checkpoints are a '
+        'directory. Give --workdir a new path (or the run\'s directory).')
   if '[' in directory and ']' in directory.split('[', 1)[1]:
-    raise ValueError(
+    raise errors.ConfigError(
         f'{directory!r}: a checkpoint directory whose path has a [...] '
         "pair cannot be written readably by orbax (it globs the path); "
         'name the workdir without brackets, e.g. lr_3e-4.')

@@ -3,6 +3,7 @@
 import pytest
 
 from bertjax import config_lib
+from bertjax import errors
 from bertjax import objectives
 from bertjax.models import config as model_config_lib
 import preset_helpers
@@ -166,6 +167,22 @@ def test_corpus_config_overrides_and_rejects_unknown_fields():
                                                'sentence_per_line')
   with pytest.raises(ValueError, match="unknown field 'pth'"):
     config_lib.corpus_config(pth='/x')
+
+
+def test_a_field_of_another_corpus_source_is_an_error():
+  # A path without source="files" would train on the embedded corpus.
+  c = config_lib.demo_config()
+  c.data.corpus.path = '/data/corpus/*.txt'
+  with pytest.raises(errors.ConfigError, match=(
+      r'data.corpus.path=.* is read only with data.corpus.source="files", '
+      "not 'embedded'")):
+    config_lib.validate(c)
+  c.data.corpus.source = 'files'
+  c.data.corpus.tfds_name = 'wikipedia/20230601.en:text'
+  with pytest.raises(errors.ConfigError, match='tfds_name=.* is read only'):
+    config_lib.validate(c)
+  c.data.corpus.tfds_name = ''
+  config_lib.validate(c)
 
 
 def test_valid_mixture():

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from bertjax import errors
+from bertjax import objectives
 from bertjax import train_flags
 from bertjax.runtime import checkpoint as checkpoint_lib
 
@@ -69,6 +70,18 @@ def test_reporting_ends_with_the_message_and_keeps_defects_tracebacks():
   # A built-in error the user error derives from still catches it.
   with pytest.raises(OSError):
     raise checkpoint_lib.CheckpointSaveError('disk full')
+
+
+def test_a_mistyped_objective_or_a_workdir_that_is_a_file_is_the_users(
+    tmp_path):
+  with pytest.raises(errors.ConfigError, match="objective.name='electr'; "
+                     "use one of"):
+    objectives.get('electr')
+  workdir = tmp_path / 'notes.txt'
+  workdir.write_text('notes')
+  with pytest.raises(errors.ConfigError, match='is a file'):
+    checkpoint_lib.check_directory(str(workdir))
+  assert workdir.read_text() == 'notes'
 
 
 @pytest.mark.e2e

@@ -172,9 +172,13 @@ def test_load_rejects_a_different_special_layout(tmp_path, sentences):
     Tokenizer(model.getvalue())
 
 
-def test_load_missing_file(tmp_path):
+def test_load_missing_file_or_not_a_model(tmp_path):
   with pytest.raises(TokenizerError, match='does not exist'):
     Tokenizer.load(str(tmp_path / 'missing.model'))
+  vocab = tmp_path / 'vocab.txt'   # A WordPiece vocabulary.
+  vocab.write_text('[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n')
+  with pytest.raises(TokenizerError, match='is not a SentencePiece model'):
+    Tokenizer.load(str(vocab))
 
 
 def test_train_errors(sentences):
