@@ -990,7 +990,7 @@ def main(argv) -> None:
   how = train_flags.start(argv)
   say(f'jax {jax.__version__}: {how}')
   try:
-    with train_flags.reporting('train'):
+    with errors.reporting('train'):
       train_and_evaluate(train_flags.CONFIG.value, train_flags.WORKDIR.value)
   except preemption.Preempted as e:
     say(str(e))

@@ -9,15 +9,11 @@ defined twice, which absl refuses. Defined here, they are defined once,
 whichever copy imports them.
 """
 
-import contextlib
-import sys
-
 from absl import app
 from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from bertjax import errors
 from bertjax.runtime import distributed
 
 CONFIG = config_flags.DEFINE_config_file(
@@ -57,17 +53,3 @@ def start(argv) -> str:
   return distributed.initialize(MULTIHOST.value, COORDINATOR.value,
                                 NUM_PROCESSES.value, PROCESS_ID.value)
 
-
-@contextlib.contextmanager
-def reporting(command: str):
-  """Ends ``command`` with the message of an error in what the user gave
-  (``errors.UserError``: a config, data, a workdir, a checkpoint, storage)
-  as ``command: message`` on stderr and exit status 1, not a traceback;
-  --verbosity=0 logs the traceback as well. Other errors (defects) keep
-  their traceback."""
-  try:
-    yield
-  except errors.UserError as e:
-    logging.info('%s stopped on an error in its input', command,
-                 exc_info=True)
-    sys.exit(f'{command}: {e}')

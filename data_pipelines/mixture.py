@@ -198,7 +198,8 @@ def tokenizer_sample(specs: Sequence[corpus_lib.CorpusSpec], k: int,
           for sentence in turn if sentence is not None]
 
 
-def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str]
+def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str],
+                            may_train: bool = True
                             ) -> tokenizer_lib.Tokenizer:
   """Loads ``tokenizer.model_path`` or trains one on all components.
 
@@ -209,6 +210,8 @@ def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str]
   Args:
     data_cfg: the config's ``data`` section, with a mixture.
     corpus_fingerprints: ``fingerprints(data_cfg)``.
+    may_train: False: a model not yet trained is an error (as in
+      ``pretokenize.cached_tokenizer``).
   """
   names = component_names(data_cfg)
   specs = corpus_specs(data_cfg)
@@ -217,7 +220,7 @@ def load_or_train_tokenizer(data_cfg, corpus_fingerprints: dict[str, str]
       lambda k, seed: tokenizer_sample(
           [specs[n] for n in names], k, seed,
           pretokenize.prepare_workers(data_cfg)),
-      method='equal_shares')
+      method='equal_shares', may_train=may_train)
 
 
 @dataclasses.dataclass

@@ -165,7 +165,8 @@ def cache_key(*parts) -> str:
 
 def cached_tokenizer(data_cfg, text_key: tuple,
                      sample_fn: Callable[[int, int], list[str]],
-                     method: str) -> tokenizer_lib.Tokenizer:
+                     method: str, may_train: bool = True
+                     ) -> tokenizer_lib.Tokenizer:
   """Loads ``tokenizer.model_path``, or trains one on
   ``sample_fn(tokenizer.max_sentences, tokenizer.sample_seed)``: a seeded
   uniform sample of the text's sentences (all of them if there are fewer).
@@ -173,7 +174,8 @@ def cached_tokenizer(data_cfg, text_key: tuple,
   A trained model is cached in ``data_dir/tokenizers/<key>/spm.model``, the
   key covering ``text_key`` (what identifies the training text), the
   sampling ``method`` and the tokenizer settings; ``tokenizer.lowercase``
-  trains a case-folding model (``tokenizer_lib.train``).
+  trains a case-folding model (``tokenizer_lib.train``). ``may_train``
+  False: a model not yet trained is a ``DataError`` (writes nothing).
   """
   tok_cfg = data_cfg.tokenizer
   if tok_cfg.model_path:
@@ -188,6 +190,11 @@ def cached_tokenizer(data_cfg, text_key: tuple,
   path = os.path.join(data_cfg.data_dir, 'tokenizers', key, 'spm.model')
   if storage.exists(path):
     return tokenizer_lib.Tokenizer.load(path)
+  if not may_train:
+    raise DataError(f'this config\'s tokenizer is not trained yet (no '
+                    f'{path}): the data is not prepared. Prepare it first '
+                    '(the same command without --verify, or a training '
+                    'run).')
   logging.info('Training a %s%s SentencePiece model of %d pieces -> %s',
                'lowercasing ' if lowercase else '', tok_cfg.model_type,
                tok_cfg.vocab_size, path)
@@ -259,11 +266,11 @@ def prepare_workers(data_cfg) -> int:
 
 
 def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
-                            corpus_fingerprint: str
+                            corpus_fingerprint: str, may_train: bool = True
                             ) -> tokenizer_lib.Tokenizer:
   """Loads ``tokenizer.model_path`` or trains one on a sample of the
   corpus (``sample_corpus``, by ``data.prepare_workers`` processes;
-  cached).
+  cached; ``may_train`` as in ``cached_tokenizer``).
 
   Raises:
     DataError: the corpus has no text to train on (naming it and what
@@ -276,7 +283,7 @@ def load_or_train_tokenizer(data_cfg, spec: corpus_lib.CorpusSpec,
         lambda k, seed: sample_corpus(
             spec, k, seed, prepare_workers(data_cfg),
             data_cfg.get('docs_per_shard', DEFAULT_DOCS_PER_SHARD), counts),
-        method='bottom-k')
+        method='bottom-k', may_train=may_train)
   except tokenizer_lib.NoTrainingText as e:
     raise DataError(
         f'{corpus_lib.describe(spec)}: no text to train a tokenizer on; '
@@ -344,13 +351,15 @@ class Plan:
 
 def plan(data_cfg, num_threads: int = 0,
          tokenizer: tokenizer_lib.Tokenizer | None = None,
-         corpus_fingerprint: str | None = None) -> Plan:
-  """The tokenizer (trained if needed) and the data's directory and
-  settings, before any shard is written."""
+         corpus_fingerprint: str | None = None,
+         may_train: bool = True) -> Plan:
+  """The tokenizer (trained if needed and ``may_train``) and the data's
+  directory and settings, before any shard is written."""
   spec = corpus_lib.CorpusSpec.from_config(data_cfg.corpus)
   corpus_fp = corpus_fingerprint or corpus_lib.fingerprint(spec)
   if tokenizer is None:
-    tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp)
+    tokenizer = load_or_train_tokenizer(data_cfg, spec, corpus_fp,
+                                        may_train)
   gazetteer_path = data_cfg.get('gazetteer_path') or None
   gazetteer_sha = (storage.sha256(gazetteer_path)
                    if gazetteer_path else '')

@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 # bertjax.train_flags defines the flags this command shares with
 # pretraining: --config, --workdir, and the multi-host ones (--multihost,
 # ...).
+from bertjax import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import finetune  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import storage  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -92,7 +93,7 @@ def scratch_table(arms: dict, mode: str) -> str:
 
 def main(argv) -> None:
   train_flags.start(argv)
-  with train_flags.reporting('finetune'):
+  with errors.reporting('finetune'):
     if _COMPARE.value:
       print(compare_scratch(FLAGS.config, FLAGS.workdir, _SEEDS.value),
             end='')

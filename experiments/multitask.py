@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 # bertjax.train_flags defines the flags this command shares with
 # pretraining: --config, --workdir, and the multi-host ones (--multihost,
 # ...).
+from bertjax import errors  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import multitask  # pylint: disable=g-import-not-at-top,wrong-import-position
 from bertjax import train_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -32,7 +33,7 @@ flags.adopt_module_key_flags(train_flags)   # Listed by --help.
 
 def main(argv) -> None:
   train_flags.start(argv)
-  with train_flags.reporting('multitask'):
+  with errors.reporting('multitask'):
     multitask.multitask(FLAGS.config, FLAGS.workdir)   # Prints its scores.
 
 

@@ -26,7 +26,6 @@ preparation's every shard against its SHA-256 instead.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from absl import app
@@ -34,6 +33,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from bertjax import config_lib
+from bertjax import errors
 from bertjax import objectives
 from data_pipelines import beam
 from data_pipelines import corpus
@@ -57,14 +57,15 @@ _VERIFY = flags.DEFINE_boolean(
     'its SHA-256 (reads them all), and write nothing.')
 
 
-def plans(cfg) -> list[pretokenize.Plan]:
+def plans(cfg, may_train: bool = True) -> list[pretokenize.Plan]:
   """What the trainer would prepare for ``cfg``: its corpus, or each
   component of its mixture (with the mixture's one tokenizer); the
-  tokenizer trained if needed."""
+  tokenizer trained if needed (an error if not ``may_train``)."""
   if not mixture_lib.is_mixture(cfg.data):
-    return [pretokenize.plan(cfg.data)]
+    return [pretokenize.plan(cfg.data, may_train=may_train)]
   fingerprints = mixture_lib.fingerprints(cfg.data)
-  tokenizer = mixture_lib.load_or_train_tokenizer(cfg.data, fingerprints)
+  tokenizer = mixture_lib.load_or_train_tokenizer(cfg.data, fingerprints,
+                                                  may_train)
   return [pretokenize.plan(mixture_lib.component_config(cfg.data, name),
                            tokenizer=tokenizer,
                            corpus_fingerprint=fingerprints[name])
@@ -74,7 +75,9 @@ def plans(cfg) -> list[pretokenize.Plan]:
 def verify(the_plan: pretokenize.Plan) -> str:
   manifest = shards.read_manifest(the_plan.directory)
   if manifest is None:
-    sys.exit(f'{the_plan.directory} is not a finished preparation.')
+    raise pretokenize.DataError(
+        f'{the_plan.directory} is not a finished preparation: prepare it '
+        'first (the same command without --verify).')
   shards.check_shards(the_plan.directory, manifest, full=True)
   return f'{manifest["num_shards"]} shards: every file has its SHA-256.'
 
@@ -104,6 +107,11 @@ def main(argv) -> None:
   if beam_args and _RUNNER.value != 'beam':
     raise app.UsageError(f'unexpected arguments {beam_args}: Beam options '
                          'go after -- with --runner=beam.')
+  with errors.reporting('prepare'):
+    _prepare(cfg, beam_args)
+
+
+def _prepare(cfg, beam_args) -> None:
   # As the trainer sees it: e.g. a student reads its teacher's tokenizer.
   cfg = objectives.get(cfg.objective.name).prepare_config(cfg)
   config_lib.validate(cfg)
@@ -114,7 +122,7 @@ def main(argv) -> None:
   workers = _WORKERS.value or cfg.data.prepare_workers or os.cpu_count()
   cfg.data.prepare_workers = workers   # The tokenizer's sample too.
   start = time.perf_counter()
-  for the_plan in plans(cfg):
+  for the_plan in plans(cfg, may_train=not _VERIFY.value):
     print(f'tokenizer: {the_plan.tokenizer.vocab_size} pieces '
           f'({time.perf_counter() - start:.1f} s)')
     print(f'data: {the_plan.directory}')

@@ -11,7 +11,6 @@ import pytest
 
 from bertjax import errors
 from bertjax import objectives
-from bertjax import train_flags
 from bertjax.runtime import checkpoint as checkpoint_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -60,12 +59,12 @@ def test_every_error_class_is_a_user_error_or_named_as_not():
 
 def test_reporting_ends_with_the_message_and_keeps_defects_tracebacks():
   with pytest.raises(SystemExit) as stopped:
-    with train_flags.reporting('finetune'):
+    with errors.reporting('finetune'):
       raise checkpoint_lib.CorruptCheckpointError('no intact checkpoint')
   assert stopped.value.code == 'finetune: no intact checkpoint'
   # An error that is not the user's is a defect: its traceback stays.
   with pytest.raises(KeyError):
-    with train_flags.reporting('finetune'):
+    with errors.reporting('finetune'):
       raise KeyError('params')
   # A built-in error the user error derives from still catches it.
   with pytest.raises(OSError):

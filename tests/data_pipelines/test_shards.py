@@ -400,6 +400,19 @@ def test_the_command_prepares_what_the_trainer_reuses(root, reference,
   assert _files(prepared.directory) == _files(reference.directory)
 
 
+def test_verify_before_any_preparation_trains_and_writes_nothing(tmp_path):
+  """``prepare --verify`` plans with ``may_train=False``: a config whose
+  tokenizer is not trained yet is an error, and nothing is written (a
+  tokenizer trained only to find no shards would cost a corpus pass)."""
+  data = config_lib.demo_config().data
+  data.corpus.source = 'files'
+  data.corpus.path = _sample_corpus(str(tmp_path / 'corpus')).path
+  data.data_dir = str(tmp_path / 'data')
+  with pytest.raises(pretokenize.DataError, match='not trained yet'):
+    pretokenize.plan(data, may_train=False)
+  assert sorted(os.listdir(tmp_path)) == ['corpus']
+
+
 def _sample_corpus(directory, documents=10, sentences=10):
   os.makedirs(directory, exist_ok=True)
   with open(os.path.join(directory, 'a.txt'), 'w') as f:
