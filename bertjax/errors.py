@@ -13,8 +13,12 @@ catches it as before.
 
 import contextlib
 import sys
+from typing import Callable
 
+from absl import app
+from absl import flags
 from absl import logging
+from ml_collections import config_flags
 
 
 class UserError(Exception):
@@ -39,3 +43,38 @@ def reporting(command: str):
     logging.info('%s stopped on an error in its input', command,
                  exc_info=True)
     sys.exit(f'{command}: {e}')
+
+
+def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
+  """absl's flag parsing for ``command`` (``app.run(main,
+  flags_parser=errors.flags_parser('train'))``), with the mistakes of a
+  ``--config`` flag as ``command: message``, not a traceback: an override
+  of a field the config lacks (ml_collections raises AttributeError or
+  KeyError from inside absl's parsing), and a config file that does not
+  load (ml_collections defers that error to the config's first use)."""
+
+  def parse(argv: list[str]) -> list[str]:
+    try:
+      argv = app.parse_flags_with_usage(argv)
+    except (AttributeError, KeyError) as e:
+      sys.exit(f'{command}: a --config.* override names a field the config '
+               f'does not have: {_plain(e)}')
+    if 'config' in flags.FLAGS:
+      try:
+        getattr(flags.FLAGS['config'].value, 'seed', None)
+      except OSError as e:
+        name = config_flags.get_config_filename(flags.FLAGS['config'])
+        cause = e.__cause__ or e
+        sys.exit(f'{command}: --config={name} does not load: '
+                 f'{type(cause).__name__}: {cause}')
+    return argv
+
+  return parse
+
+def _plain(e: Exception) -> str:
+  """``e``'s message, without the quotes a KeyError puts around it."""
+  text = str(e)
+  for _ in range(2):   # A KeyError's repr, inside an AttributeError's.
+    if len(text) > 1 and text[0] == text[-1] and text[0] in '\'"':
+      text = text[1:-1].encode().decode('unicode_escape')
+  return text

@@ -1004,7 +1004,7 @@ def run() -> None:
   # The flags are train_flags' (defined once there).
   for flag in flags.FLAGS.get_key_flags_for_module(train_flags):
     flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-  app.run(main)
+  app.run(main, flags_parser=errors.flags_parser('train'))
 
 
 if __name__ == '__main__':

@@ -102,4 +102,4 @@ def main(argv) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=errors.flags_parser('finetune'))

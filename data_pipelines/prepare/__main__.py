@@ -148,4 +148,4 @@ def summary(manifest: dict, seconds: float, progress=None) -> str:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=errors.flags_parser('prepare'))

@@ -98,3 +98,17 @@ def test_an_invalid_config_stops_the_trainer_with_its_message(tmp_path):
       'train: invalid config:\n'
       '  optimizer.learning_rate=-1.0 must be > 0.'), result.stderr
   assert not (tmp_path / 'run').exists()
+  # A config file that is not there (a typo in its name).
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, 'experiments', 'finetune.py'),
+       '--config=experiments/configs/finetun.py',
+       f'--workdir={tmp_path / "run"}'],
+      env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+      cwd=REPO)
+  assert result.returncode == 1, result.stderr
+  assert 'Traceback' not in result.stderr, result.stderr
+  assert result.stderr.startswith(
+      'finetune: --config=experiments/configs/finetun.py does not load: '
+      ), result.stderr
+  assert 'No such file' in result.stderr, result.stderr
+  assert not (tmp_path / 'run').exists()
