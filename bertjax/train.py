@@ -158,6 +158,8 @@ def train_and_evaluate(cfg, workdir: str) -> dict:
     steps = make_steps(cfg, task, data.global_spec)
 
     with jax.set_mesh(place.mesh), nn.logical_axis_rules(place.rules):
+      if cfg.init_from:   # Another model there: refused before compiling.
+        check_init_from(cfg.init_from, steps)
       # ---- Shard (the state is born sharded), compile ahead of time.
       compiled = shard_and_compile(steps, place, data.global_spec, workdir)
 
@@ -728,9 +730,7 @@ def _init_from(other_workdir: str, abstract_state):
     raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
   checkpoint_lib.verify_on_every_process(
       os.path.join(storage.absolute(directory), str(step)))
-  with ocp.CheckpointManager(
-      storage.absolute(directory),
-      item_handlers={'state': ocp.StandardCheckpointHandler()}) as manager:
+  with _manager(directory) as manager:
     _check_same_parameters(
         other_workdir, manager.item_metadata(step)['state']['params'],
         abstract_state.params)
@@ -738,6 +738,29 @@ def _init_from(other_workdir: str, abstract_state):
         state=ocp.args.StandardRestore(abstract_state)))
   say(f'initialized from {other_workdir} step {step}')
   return restored['state']
+
+
+def _manager(directory: str) -> ocp.CheckpointManager:
+  """A reader of the pretraining checkpoints in ``directory``."""
+  return ocp.CheckpointManager(
+      storage.absolute(directory),
+      item_handlers={'state': ocp.StandardCheckpointHandler()})
+
+
+def check_init_from(other_workdir: str, steps: Steps) -> None:
+  """Fails before anything is compiled or written when the latest
+  checkpoint of ``other_workdir`` holds another model than ``steps``'s
+  (``_check_same_parameters``): its parameters' shapes from orbax's
+  metadata, this model's from tracing its init (``jax.eval_shape``)."""
+  directory = os.path.join(other_workdir, 'checkpoints')
+  step, _ = checkpoint_lib.choose_step(directory)
+  if step is None:   # Gone since check_before_writing looked.
+    raise ResumeError(f'init_from={other_workdir!r} has no checkpoint.')
+  with _manager(directory) as manager:
+    saved = manager.item_metadata(step)['state']['params']
+  mine = sharding.strip_boxes(
+      jax.eval_shape(steps.init_state, *init_inputs(steps))).params
+  _check_same_parameters(other_workdir, saved, mine)
 
 
 def _check_same_parameters(other_workdir: str, saved, mine) -> None:
