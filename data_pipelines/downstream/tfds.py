@@ -1,7 +1,16 @@
 """Tasks from TFDS: GLUE, SQuAD v1.1 and CoNLL-2003.
 
-``tensorflow_datasets`` is imported only when a TFDS task is read, so the
-other task sources never import it.
+Read from a TFDS preparation in ArrayRecord format with
+``tfds.data_source``, which needs no TensorFlow (``tfds.load`` and its
+``tf.data`` pipeline would, and bertjax does not install it). Preparing
+GLUE, SQuAD or CoNLL-2003 does (their TFDS builders import it), once, on
+any machine with network access:
+
+  pip install tensorflow tensorflow-datasets
+  tfds build glue/mrpc --file_format=array_record --data_dir=DIR
+
+then ``task.tfds_data_dir=DIR``. ``tensorflow_datasets`` is imported only
+when a TFDS task is read, so the other task sources never import it.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ class _TfdsTask:
   text: str = ''        # Feature of segment A (classification, regression).
   pair: str = ''        # Feature of segment B ('' = single text).
   eval_split: str = 'validation'
-  dataset: str = ''     # The name given to tfds.load, if not the task's.
+  dataset: str = ''     # The TFDS dataset's name, if not the task's.
 
 
 _TFDS_TASKS = {
@@ -55,18 +64,37 @@ def tfds_kind(name: str) -> str:
   return _TFDS_TASKS[name].kind if name in _TFDS_TASKS else ''
 
 
+def _data_source(name: str, split: str, data_dir: str | None):
+  """The prepared TFDS split (ArrayRecord), read without TensorFlow."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  try:
+    return tfds.data_source(name, split=split, data_dir=data_dir,
+                            download=False)
+  except Exception as e:  # TFDS raises many types for "not prepared".
+    why = (str(e).strip().splitlines() or [''])[0]   # Not its dataset list.
+    where = data_dir or "TFDS's default data dir"
+    raise base.TaskError(
+        f'TFDS {name!r} split {split!r} is not prepared in {where} '
+        f'({type(e).__name__}: '
+        f'{why}). Prepare it once in ArrayRecord format, on any machine '
+        'with network access (its TFDS builder needs TensorFlow): pip '
+        'install tensorflow tensorflow-datasets && tfds build '
+        f'{name} --file_format=array_record --data_dir=DIR; then set '
+        'task.tfds_data_dir=DIR.') from e
+
+
 def _read_tfds_split(name: str, split: str, data_dir: str | None
                      ) -> list[dict]:
-  """Every record of a TFDS split as numpy (strings are bytes)."""
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  return list(tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir)))
+  """Every record of a TFDS split, in its files' order (strings are
+  bytes)."""
+  source = _data_source(name, split, data_dir)
+  return [source[i] for i in range(len(source))]
 
 
 def _tfds_label_names(name: str, feature: str, data_dir: str | None
                       ) -> tuple[str, ...]:
   """The names of a ClassLabel feature (or of a Sequence of ClassLabel)."""
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  info = tfds.builder(name, data_dir=data_dir).info
+  info = _data_source(name, 'train', data_dir).dataset_info
   feature = info.features[feature]
   feature = getattr(feature, 'feature', feature)  # Sequence(ClassLabel).
   return tuple(feature.names)
@@ -101,8 +129,8 @@ def load_tfds(name: str, data_dir: str | None = None) -> tasks.Task:
   """A task from TFDS (GLUE, SQuAD v1.1, CoNLL-2003): train and its dev set.
 
   Evaluation uses the validation split (MNLI: validation_matched; CoNLL-2003:
-  dev), as the GLUE and SQuAD test labels are hidden. TFDS downloads and
-  prepares a dataset on first use, into ``data_dir``.
+  dev), as the GLUE and SQuAD test labels are hidden. Read from a
+  preparation in ``data_dir`` (see the module's docstring).
   """
   if name not in _TFDS_TASKS:
     raise base.TaskError(f'unknown TFDS task {name!r}; known: {TFDS_TASKS}. '

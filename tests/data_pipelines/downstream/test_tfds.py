@@ -1,8 +1,12 @@
-"""Tests for data_pipelines.downstream.tfds: TFDS tasks (no network: the reads
-are faked)."""
+"""Tests for data_pipelines.downstream.tfds: TFDS tasks (no network: the
+reads are faked, or of a preparation built here, read as GLUE's would be,
+without TensorFlow)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 from data_pipelines import downstream
 from data_pipelines.downstream import TaskError
@@ -96,3 +100,79 @@ def test_load_tfds_squad_and_conll(monkeypatch):
   assert task.label_names == names and task.metrics[0] == 'entity_f1'
   assert task.train[0] == {'words': ['EU', 'rejects', 'German'],
                            'labels': [3, 0, 7]}
+
+
+class TinyGlue(tfds.core.GeneratorBasedBuilder):
+  """GLUE's, CoNLL-2003's and SQuAD's feature types in one dataset, built
+  in the test's directory: TFDS writes ArrayRecord without TensorFlow."""
+
+  VERSION = tfds.core.Version('1.0.0')
+
+  def _info(self):
+    text = tfds.features.Text()
+    features = tfds.features.FeaturesDict({
+        'sentence1': text, 'sentence2': text, 'idx': np.int32,
+        'label': tfds.features.ClassLabel(names=['not_equivalent',
+                                                 'equivalent']),
+        'tokens': tfds.features.Sequence(text),
+        'ner': tfds.features.Sequence(tfds.features.ClassLabel(
+            names=['O', 'B-PER', 'I-PER'])),
+        'id': text, 'question': text, 'context': text,
+        'answers': tfds.features.Sequence({'text': text,
+                                           'answer_start': np.int32})})
+    return tfds.core.DatasetInfo(builder=self, features=features)
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {'train': self._generate_examples(3),
+            'validation': self._generate_examples(2)}
+
+  def _generate_examples(self, n):
+    for i in range(n):
+      yield i, {'sentence1': f'He said {i}.', 'sentence2': 'He spoke.',
+                'idx': i, 'label': i % 2, 'tokens': ['Ann', 'met', 'Bo'],
+                'ner': [1, 0, 1], 'id': f'q{i}', 'question': 'Who met?',
+                'context': 'Ann met Bo.',
+                'answers': {'text': ['Ann', 'Ann met'],
+                            'answer_start': [0, 0]}}
+
+
+@pytest.fixture(scope='module')
+def tiny_glue(tmp_path_factory):
+  data_dir = str(tmp_path_factory.mktemp('tfds'))
+  TinyGlue(data_dir=data_dir,
+           file_format='array_record').download_and_prepare()
+  return data_dir
+
+
+def test_a_prepared_dataset_is_read_without_tensorflow(tiny_glue,
+                                                       monkeypatch):
+  """The reads themselves (tfds.data_source, no tf.data): each kind of
+  task from a real ArrayRecord preparation, labels named by its info."""
+  for name, spec in (
+      ('pairs', tfds_lib._TfdsTask('classification', ('accuracy',),
+                                   'sentence1', 'sentence2')),
+      ('tags', tfds_lib._TfdsTask('token', ('entity_f1',))),
+      ('spans', tfds_lib._TfdsTask('span', ('exact_match',)))):
+    monkeypatch.setitem(tfds_lib._TFDS_TASKS, name,
+                        dataclasses.replace(spec, dataset='tiny_glue'))
+  pairs = downstream.load_tfds('pairs', tiny_glue)
+  assert pairs.label_names == ('not_equivalent', 'equivalent')
+  assert pairs.train == [{'text': f'He said {i}.', 'text_pair': 'He spoke.',
+                          'label': i % 2} for i in range(3)]
+  assert len(pairs.eval) == 2
+  tags = downstream.load_tfds('tags', tiny_glue)
+  assert tags.label_names == ('O', 'B-PER', 'I-PER')
+  assert tags.eval[0] == {'words': ['Ann', 'met', 'Bo'], 'labels': [1, 0, 1]}
+  spans = downstream.load_tfds('spans', tiny_glue)
+  assert spans.eval[1] == {
+      'id': 'q1', 'question': 'Who met?', 'context': 'Ann met Bo.',
+      'answers': [{'text': 'Ann', 'start': 0}, {'text': 'Ann met', 'start': 0}]}
+
+
+def test_an_unprepared_dataset_says_how_to_prepare_it(tmp_path):
+  with pytest.raises(TaskError, match=(
+      r"TFDS 'glue/mrpc' split 'train' is not prepared in .*tfds build "
+      r'glue/mrpc --file_format=array_record --data_dir=DIR')):
+    downstream.load_tfds('glue/mrpc', str(tmp_path))
+  assert not list(tmp_path.iterdir())
