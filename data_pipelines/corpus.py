@@ -858,8 +858,16 @@ def validate(spec: CorpusSpec) -> None:
     else:
       # The heads of the first files, then (only if they hold none) all of
       # every file, a line at a time.
-      has_text = (any(_has_text(f) for f in files[:1000])
-                  or any(_has_text(f, whole=True) for f in files))
+      heads = [_read_head(f) for f in files[:_VALIDATED_FILES]]
+      binary = [f for f, head in zip(files, heads) if _is_binary(head)]
+      if binary:
+        raise CorpusError(
+            f'corpus.path={spec.path!r} matches {len(binary)} file(s) that '
+            f'are not text (e.g. {binary[0]!r}: mostly NUL bytes or '
+            'invalid UTF-8, as in a PDF, an image or a UTF-16 file). '
+            'Narrow the path or glob to the UTF-8 text files.')
+      has_text = (any(_is_text(_decode_utf8(head)) for head in heads)
+                  or any(_has_text(f) for f in files))
     if not has_text:
       raise CorpusError(f'corpus.path={spec.path!r}: the {len(files)} files '
                         'found hold no text (only whitespace, control '
@@ -875,20 +883,40 @@ def validate(spec: CorpusSpec) -> None:
           f'the dataset has {sorted(source[0])}.')
 
 
-# ``validate`` reads at most this much of a file to find text in it.
+# ``validate`` reads at most this much of a file to find text in it, of
+# the first this many files.
 _VALIDATED_BYTES = 1 << 20
+_VALIDATED_FILES = 1000
+# A file's head of at least _BINARY_MIN_BYTES with more than this
+# fraction of NUL bytes and invalid UTF-8 is not text (a stray NUL or bad
+# byte in text is repaired; a few bytes of them are a file with no text).
+_BINARY_FRACTION = 0.3
+_BINARY_MIN_BYTES = 256
 
 
-def _has_text(file: str, whole: bool = False) -> bool:
-  """Whether the first ``_VALIDATED_BYTES`` of ``file`` (with ``whole``,
-  any line of it) hold text."""
+def _read_head(file: str) -> bytes:
+  with open_binary(file) as f:
+    return f.read(_VALIDATED_BYTES)
+
+
+def _is_binary(head: bytes) -> bool:
+  """Whether a file's first bytes are not UTF-8 text but binary data."""
+  if len(head) < _BINARY_MIN_BYTES:
+    return False
+  decoded = head.decode('utf-8', errors='replace')
+  bad = decoded.count('\ufffd') + decoded.count('\x00')
+  return bad > _BINARY_FRACTION * len(decoded)
+
+
+def _is_text(text: str) -> bool:
   # U+FFFD, what invalid UTF-8 becomes, is not text: SentencePiece's
   # normalization removes it (a character cut at the end of a head is one).
-  is_text = lambda s: bool(clean_text(s).replace('\ufffd', '').strip())
-  if whole:
-    return any(is_text(line) for line in _text_lines(file))
-  with open_binary(file) as f:
-    return is_text(_decode_utf8(f.read(_VALIDATED_BYTES)))
+  return bool(clean_text(text).replace('\ufffd', '').strip())
+
+
+def _has_text(file: str) -> bool:
+  """Whether any line of ``file`` holds text."""
+  return any(_is_text(line) for line in _text_lines(file))
 
 
 def describe(spec: CorpusSpec) -> str:

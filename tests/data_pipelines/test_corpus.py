@@ -7,6 +7,7 @@ import json
 import os
 
 import hypothesis
+import numpy as np
 from hypothesis import strategies as st
 import pytest
 import tensorflow_datasets as tfds
@@ -303,6 +304,22 @@ def test_validate_whitespace_only_files(tmp_path):
   message = _error(CorpusSpec(source='files', path=str(tmp_path)))
   assert 'hold no text' in message
   assert '2 files' in message
+
+
+def test_validate_refuses_files_that_are_not_text(tmp_path):
+  """A PDF or an image among the text (its head mostly invalid UTF-8), or
+  UTF-16 text (half NUL bytes), is refused by name; text with a stray NUL
+  or bad byte is not (the reader repairs those)."""
+  _write(tmp_path / 'a.txt', b'Some text.\x00 More\xff text.\n' * 10)
+  corpus.validate(CorpusSpec(source='files', path=str(tmp_path)))
+  rng = np.random.default_rng(0)
+  _write(tmp_path / 'b.pdf', b'%PDF-1.7\n' + rng.bytes(4096))
+  message = _error(CorpusSpec(source='files', path=str(tmp_path)))
+  assert "1 file(s) that are not text (e.g. '" in message, message
+  assert message.split("e.g. '")[1].startswith(str(tmp_path / 'b.pdf'))
+  os.remove(tmp_path / 'b.pdf')
+  _write(tmp_path / 'c.txt', ('UTF-16 text.\n' * 20).encode('utf-16'))
+  assert 'c.txt' in _error(CorpusSpec(source='files', path=str(tmp_path)))
 
 
 def test_validate_bad_source():
