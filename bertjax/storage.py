@@ -25,13 +25,14 @@ for gcsfs, ``CLOUD_STORAGE_EMULATOR_ENDPOINT`` for ArrayRecord,
 import builtins
 import contextlib
 import dataclasses
+import functools
 import glob as glob_lib
 import hashlib
 import os
 import shutil
 import socket
 import tempfile
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator
 
 import fsspec
 
@@ -43,8 +44,36 @@ from bertjax import errors
 for _protocol in ('gs', 'gcs'):
   fsspec.config.conf.setdefault(_protocol, {})['use_listings_cache'] = False
 
+# The packages whose errors mean the object store did not answer as asked
+# (unreachable, credentials refused): fsspec passes them on as they are.
+_CLIENT_PACKAGES = ('aiohttp', 'google', 'gcsfs', 'requests', 'urllib3')
+
+
 class StorageError(errors.UserError, OSError):
   """A path cannot be used; the message says why and what to do."""
+
+
+def _reporting_client_errors(fn: Callable) -> Callable:
+  """``fn(path, ...)``, with a client library's error on a remote ``path``
+  (after its own retries) as a ``StorageError`` that says what to check;
+  a missing file stays FileNotFoundError."""
+
+  @functools.wraps(fn)
+  def wrapped(path, *args, **kwargs):
+    try:
+      return fn(path, *args, **kwargs)
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      if (not is_remote(path) or isinstance(e, FileNotFoundError)
+          or type(e).__module__.split('.')[0] not in _CLIENT_PACKAGES):
+        raise
+      raise StorageError(
+          f'{path}: the object store did not answer ({type(e).__name__}: '
+          f'{e}). Check the network, the bucket\'s name and the '
+          'credentials (Application Default Credentials: gcloud auth '
+          'application-default login, or the VM\'s service account).'
+          ) from e
+
+  return wrapped
 
 
 def is_remote(path: str) -> bool:
@@ -68,6 +97,7 @@ def absolute(path: str) -> str:
   return path if is_remote(path) else os.path.abspath(path)
 
 
+@_reporting_client_errors
 def exists(path: str) -> bool:
   if is_remote(path):
     fs, p = _fs(path)
@@ -75,6 +105,7 @@ def exists(path: str) -> bool:
   return os.path.exists(path)
 
 
+@_reporting_client_errors
 def isdir(path: str) -> bool:
   """A local directory, or a bucket prefix with objects under it."""
   if is_remote(path):
@@ -83,6 +114,7 @@ def isdir(path: str) -> bool:
   return os.path.isdir(path)
 
 
+@_reporting_client_errors
 def isfile(path: str) -> bool:
   if is_remote(path):
     fs, p = _fs(path)
@@ -90,6 +122,7 @@ def isfile(path: str) -> bool:
   return os.path.isfile(path)
 
 
+@_reporting_client_errors
 def getsize(path: str) -> int:
   """Bytes of a file; FileNotFoundError when there is none."""
   if is_remote(path):
@@ -107,6 +140,7 @@ class Stat:
   version: str
 
 
+@_reporting_client_errors
 def stat(path: str) -> Stat:
   """``path``'s Stat; FileNotFoundError when there is none."""
   if is_remote(path):
@@ -137,6 +171,7 @@ def open(path: str, mode: str = 'rb', **kwargs) -> IO:  # pylint: disable=redefi
   return builtins.open(path, mode, **kwargs)  # pylint: disable=consider-using-with
 
 
+@_reporting_client_errors
 def read_bytes(path: str) -> bytes:
   with open(path, 'rb') as f:
     return f.read()
@@ -152,6 +187,7 @@ def temporary_name(path: str) -> str:
   return f'{path}.tmp-{socket.gethostname()}-{os.getpid()}'
 
 
+@_reporting_client_errors
 def write_bytes(path: str, data: bytes) -> None:
   """Writes ``data`` to ``path`` so that readers see the old file or the
   new one, never part of it; a crash leaves the old one."""
@@ -213,19 +249,25 @@ def upload(local_path: str, path: str) -> None:
   """Copies local file ``local_path`` to ``path`` (one upload, or a
   rename-over locally)."""
   if is_remote(path):
-    fs, p = _fs(path)
-    fs.put_file(local_path, p)
+    _reporting_client_errors(_put_file)(path, local_path)
   else:
     with builtins.open(local_path, 'rb') as f:
       write_bytes(path, f.read())
 
 
+def _put_file(path: str, local_path: str) -> None:
+  fs, p = _fs(path)
+  fs.put_file(local_path, p)
+
+
+@_reporting_client_errors
 def download(path: str, local_path: str) -> None:
   """Copies ``path`` to local file ``local_path``."""
   with open(path, 'rb') as src, builtins.open(local_path, 'wb') as dst:
     shutil.copyfileobj(src, dst, 1 << 20)
 
 
+@_reporting_client_errors
 def move(path: str, target: str) -> None:
   """Moves a directory (or every object under a prefix) to ``target``.
   Locally a rename; in a bucket each object is copied then deleted, so a
@@ -247,6 +289,7 @@ def move(path: str, target: str) -> None:
     os.replace(path, target)
 
 
+@_reporting_client_errors
 def remove(path: str) -> None:
   if is_remote(path):
     fs, p = _fs(path)
@@ -255,6 +298,7 @@ def remove(path: str) -> None:
     os.remove(path)
 
 
+@_reporting_client_errors
 def rmtree(path: str) -> None:
   """Removes a directory (or every object under a prefix), if any."""
   if is_remote(path):
@@ -275,6 +319,7 @@ def _objects(fs, p: str) -> list[str]:
                 if v.get('type') == 'file')
 
 
+@_reporting_client_errors
 def listdir(path: str) -> list[str]:
   """The names directly under ``path`` (sorted; [] if there is none)."""
   if is_remote(path):
@@ -291,6 +336,7 @@ def _url(fs, p: str) -> str:
   return fs.unstrip_protocol(p)
 
 
+@_reporting_client_errors
 def find(path: str) -> dict[str, Stat]:
   """Every file under directory ``path``, recursively, or the one file
   ``path``, or every file matching glob ``path`` (``**`` recurses):
@@ -319,6 +365,7 @@ def find(path: str) -> dict[str, Stat]:
   return {f: stat(f) for f in sorted(files) if os.path.isfile(f)}
 
 
+@_reporting_client_errors
 def sha256(path: str) -> str:
   """The SHA-256 of a file, read a block at a time."""
   with open(path, 'rb') as f:

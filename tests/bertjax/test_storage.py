@@ -111,3 +111,29 @@ def test_a_bucket_move_uncommits_a_checkpoint_step_first(gcs_bucket,
   assert storage.read_text(f'{base}/aside/4/commit_success.txt') == (
       'commit_success.txt')
   assert not storage.exists(f'{base}/4/state/a')
+
+
+def test_a_bucket_that_does_not_answer_is_a_storage_error(monkeypatch):
+  """The client's own error after its retries (here a refused connection,
+  as aiohttp raises it) becomes a StorageError that says what to check; a
+  missing object stays FileNotFoundError; a local path is not touched."""
+  import aiohttp  # pylint: disable=g-import-not-at-top
+
+  class Unreachable:
+    def exists(self, p):
+      raise aiohttp.ClientOSError(111, f'Cannot connect to host ({p})')
+
+    def open(self, p, *args, **kwargs):
+      raise FileNotFoundError(p)
+
+  monkeypatch.setattr(storage, '_fs', lambda path: (Unreachable(),
+                                                    path.split('://')[1]))
+  with pytest.raises(storage.StorageError, match=(
+      r'gs://b/run: the object store did not answer \(ClientOSError: .*'
+      r'Cannot connect to host .*Check the network, the bucket.s name and '
+      'the credentials')):
+    storage.exists('gs://b/run')
+  with pytest.raises(FileNotFoundError) as missing:
+    storage.read_bytes('gs://b/run/run_meta.json')
+  assert not isinstance(missing.value, storage.StorageError)
+  assert not storage.exists('/nonexistent/bertjax/path')
