@@ -871,7 +871,8 @@ def validate(spec: CorpusSpec) -> None:
     if not has_text:
       raise CorpusError(f'corpus.path={spec.path!r}: the {len(files)} files '
                         'found hold no text (only whitespace, control '
-                        'characters or invalid UTF-8).')
+                        'characters or invalid UTF-8): point corpus.path '
+                        'at UTF-8 text files.')
   elif spec.source == 'tfds':
     _parse_tfds_name(spec.tfds_name)
     source, feature = _tfds_source(spec)
