@@ -18,7 +18,6 @@ from typing import Callable
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 
 class UserError(Exception):
@@ -54,19 +53,25 @@ def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
   load (ml_collections defers that error to the config's first use)."""
 
   def parse(argv: list[str]) -> list[str]:
+    given = list(argv)
     try:
       argv = app.parse_flags_with_usage(argv)
+      if 'config' in flags.FLAGS:   # A load error is raised at first use.
+        getattr(flags.FLAGS['config'].value, 'seed', None)
+    except OSError as e:
+      name = next((a.split('=', 1)[1] for a in given
+                   if a.startswith('--config=')), '')
+      cause = e.__cause__ or e
+      sys.exit(f'{command}: --config={name} does not load: '
+               f'{type(cause).__name__}: {cause}')
     except (AttributeError, KeyError) as e:
+      field = _plain(e).split("'")[1] if "'" in _plain(e) else ''
+      overrides = [a.split('=')[0] for a in given
+                   if a.startswith('--config.')]
+      if not field or not any(field in o.split('.') for o in overrides):
+        raise   # The config file's own error: a defect, with its trace.
       sys.exit(f'{command}: a --config.* override names a field the config '
                f'does not have: {_plain(e)}')
-    if 'config' in flags.FLAGS:
-      try:
-        getattr(flags.FLAGS['config'].value, 'seed', None)
-      except OSError as e:
-        name = config_flags.get_config_filename(flags.FLAGS['config'])
-        cause = e.__cause__ or e
-        sys.exit(f'{command}: --config={name} does not load: '
-                 f'{type(cause).__name__}: {cause}')
     return argv
 
   return parse

@@ -293,6 +293,7 @@ def refuse_other_settings(workdir: str, meta: str, identity: dict,
   base config's identity (see ``identity_changes``); ``run`` names what
   the workdir holds ('a fine-tuning run'). Shared by every command that
   resumes a workdir."""
+  checkpoint_lib.check_directory(storage.absolute(workdir))
   saved = binding_meta(workdir, meta, checkpoint_dirs)
   if saved is None:
     return None

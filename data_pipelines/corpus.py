@@ -858,15 +858,18 @@ def validate(spec: CorpusSpec) -> None:
     else:
       # The heads of the first files, then (only if they hold none) all of
       # every file, a line at a time.
-      heads = [_read_head(f) for f in files[:_VALIDATED_FILES]]
-      binary = [f for f, head in zip(files, heads) if _is_binary(head)]
+      # The first files' first bytes only: a corpus of many files in a
+      # bucket is read at every start, on every host.
+      binary = [f for f in files[:_BINARY_CHECKED_FILES]
+                if _is_binary(_read_head(f, _BINARY_HEAD_BYTES))]
       if binary:
         raise CorpusError(
             f'corpus.path={spec.path!r} matches {len(binary)} file(s) that '
             f'are not text (e.g. {binary[0]!r}: mostly NUL bytes or '
             'invalid UTF-8, as in a PDF, an image or a UTF-16 file). '
             'Narrow the path or glob to the UTF-8 text files.')
-      has_text = (any(_is_text(_decode_utf8(head)) for head in heads)
+      has_text = (any(_is_text(_decode_utf8(_read_head(f)))
+                      for f in files[:_VALIDATED_FILES])
                   or any(_has_text(f) for f in files))
     if not has_text:
       raise CorpusError(f'corpus.path={spec.path!r}: the {len(files)} files '
@@ -893,11 +896,14 @@ _VALIDATED_FILES = 1000
 # byte in text is repaired; a few bytes of them are a file with no text).
 _BINARY_FRACTION = 0.3
 _BINARY_MIN_BYTES = 256
+# Of the first this many files, this many first bytes are checked so.
+_BINARY_CHECKED_FILES = 16
+_BINARY_HEAD_BYTES = 1 << 16
 
 
-def _read_head(file: str) -> bytes:
+def _read_head(file: str, size: int = _VALIDATED_BYTES) -> bytes:
   with open_binary(file) as f:
-    return f.read(_VALIDATED_BYTES)
+    return f.read(size)
 
 
 def _is_binary(head: bytes) -> bool:

@@ -259,6 +259,12 @@ def _sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+# Errors of a save that are the code's, not the filesystem's: raised as
+# they are, with their traceback, not as a CheckpointSaveError.
+_DEFECTS = (TypeError, AttributeError, NameError, KeyError, IndexError,
+            AssertionError)
+
+
 class Checkpointer:
   """Periodic async saves, keep-N, sealed steps, and restore of the latest
   intact step (see the module docstring for failures)."""
@@ -379,6 +385,8 @@ class Checkpointer:
             if s != step]
     intact = (f'the checkpoint at step {max(kept)} is intact, and rerunning '
               'resumes from it' if kept else 'no earlier checkpoint exists')
+    if isinstance(error, _DEFECTS):   # Not the filesystem: keep its trace.
+      raise error
     raise CheckpointSaveError(
         f'the checkpoint at step {step} in {self._directory} was not '
         f'written ({type(error).__name__}: {error}); {intact}. Free space '

@@ -11,6 +11,7 @@ import pytest
 
 from bertjax import errors
 from bertjax import objectives
+from bertjax import train
 from bertjax.runtime import checkpoint as checkpoint_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -80,6 +81,10 @@ def test_a_mistyped_objective_or_a_workdir_that_is_a_file_is_the_users(
   workdir.write_text('notes')
   with pytest.raises(errors.ConfigError, match='is a file'):
     checkpoint_lib.check_directory(str(workdir))
+  # Fine-tuning, multi-task and task distillation check it first too.
+  with pytest.raises(errors.ConfigError, match='is a file'):
+    train.refuse_other_settings(str(workdir), 'finetune_meta.json', {}, {},
+                                ValueError, 'a fine-tuning run')
   assert workdir.read_text() == 'notes'
 
 
@@ -102,7 +107,7 @@ def test_an_invalid_config_stops_the_trainer_with_its_message(tmp_path):
   result = subprocess.run(
       [sys.executable, os.path.join(REPO, 'experiments', 'finetune.py'),
        '--config=experiments/configs/finetun.py',
-       f'--workdir={tmp_path / "run"}'],
+       f'--workdir={tmp_path / "run"}', '--config.seed=1'],
       env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
       cwd=REPO)
   assert result.returncode == 1, result.stderr
