@@ -76,6 +76,7 @@ def flags_parser(command: str) -> Callable[[list[str]], list[str]]:
 
   return parse
 
+
 def _plain(e: Exception) -> str:
   """``e``'s message, without the quotes a KeyError puts around it."""
   text = str(e)

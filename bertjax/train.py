@@ -193,7 +193,6 @@ def check_before_writing(cfg, workdir: str) -> tuple[Any, dict | None]:
   """
   cfg = objectives.get(cfg.objective.name).prepare_config(cfg)
   config_lib.validate(cfg)
-  checkpoint_lib.check_directory(storage.absolute(workdir))
   for warning in config_check.warnings_for(cfg):  # Mixes no paper used.
     logging.warning('config: %s', warning)
     say(f'warning: {warning}')
