@@ -33,6 +33,15 @@ projection (E -> d) if any, the MLM head on p = min(rate, P / s) and
 SpanBERT's SBO head (3d -> d, d -> E, decoder) when it is on; ELECTRA's
 generator and discriminator; distillation's student trained plus its
 teacher's forward pass.
+
+The MLM head counts the predictions made, p = min(rate, P / s) of the
+tokens, not the P slots a sequence's head computes on, padding slots
+included (P / s; ELECTRA's flops_computation.py counts those, its
+output_frac 0.15625 = 80 / 512). The two differ by (P / s - rate) of a
+head pass: at s = 128, P = 20, rate 0.15 that is 0.17% of BERT-base's
+training FLOPs per token and 0.34% of the L2/H128 comparison model's.
+The count stays as it is, since every FLOPs-budgeted comparison's step
+counts (and so its committed rows' keys) derive from it.
 """
 
 from __future__ import annotations
