@@ -1217,13 +1217,7 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
              interval_text(own) if own else '-']
     for ref in (control, baseline):
       theirs = ref.chosen() if ref is not None and ref is not group else None
-      iv = headline_interval(chosen, theirs) if theirs else None
-      # A difference rests on the seeds both sides have: named where they
-      # are not all of either side's.
-      both = set(chosen) & set(theirs or ())
-      cells.append('-' if iv is None else interval_text(iv, signed=True) + (
-          f' (seed{"s" if len(both) > 1 else ""} {seed_ids(both)})'
-          if both != set(chosen) or both != set(theirs) else ''))
+      cells.append(_difference_cell(chosen, theirs))
     cells += [mean_pm([r['metrics'][m] for r in chosen.values()])
               for m in other]
     return cells
@@ -1247,23 +1241,43 @@ def _downstream_section(plan: Plan, groups: list[Group], arms, budgets
         for arch in sorted(scratch))]
   lines += ['', '### The learning-rate grid', '',
             'Means over each rate\'s seeds; an arm\'s rate is chosen on '
-            'the seeds every one of its rates has.', '',
-            '| arm | budget | lr | seeds | dev (mean) | held-out (mean) |',
-            '| --- | --- | --- | --- | --- | --- |']
+            'the seeds every one of its rates has. Δ vs '
+            f'{plan.baseline} pairs the two at the same rate, by seed: a '
+            'difference found at the chosen rates but not at each rate of '
+            'the grid may be the rate choice\'s, not the objective\'s.',
+            '', '| arm | budget | lr | seeds | dev (mean) | held-out (mean) '
+            f'| Δ vs {plan.baseline} at this rate [95%] |',
+            '| --- | --- | --- | --- | --- | --- | --- |']
   for group in sorted(groups, key=lambda g: (g.arm != SCRATCH, g.arm,
                                              _budget_order(g.budget or '0'))):
     name = (f'{SCRATCH} ({group.architecture})'
             if group.arm == SCRATCH and len(scratch) > 1 else group.arm)
+    base = by_arm.get((plan.baseline, group.budget))
     for lr, by_seed in sorted(group.by_lr.items()):
       mark = ' (chosen)' if lr == group.chosen_lr else ''
+      theirs = (base.by_lr.get(lr) if base is not None and base is not group
+                and group.arm != SCRATCH else None)
       dev = [_dev_score(r) for r in by_seed.values()]
       dev_mean = '-' if None in dev else f'{np.mean(dev):.4f}'
       lines.append(
           f'| {name} | {group.budget or "-"} | {lr:g}{mark} | '
           f'{seed_ids(by_seed)} | {dev_mean} | '
           f'{np.mean([r["metrics"][headline] for r in by_seed.values()]):.4f}'
-          ' |')
+          f' | {_difference_cell(by_seed, theirs)} |')
   return lines
+
+
+def _difference_cell(mine: dict, theirs: dict | None) -> str:
+  """A Δ cell: ``mine`` minus ``theirs`` (seed -> row) with its interval,
+  '-' where there is nothing to pair. A difference rests on the seeds both
+  sides have: named where they are not all of either side's."""
+  iv = headline_interval(mine, theirs) if theirs else None
+  if iv is None:
+    return '-'
+  both = set(mine) & set(theirs)
+  return interval_text(iv, signed=True) + (
+      f' (seed{"s" if len(both) > 1 else ""} {seed_ids(both)})'
+      if both != set(mine) or both != set(theirs) else '')
 
 
 # ---------------------------------------------------------------------------

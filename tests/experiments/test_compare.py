@@ -400,6 +400,33 @@ def test_cells_name_their_seeds_and_a_difference_its_paired_ones():
              for l in lines)
 
 
+def test_the_rate_grid_pairs_each_arm_with_the_baseline_at_each_rate():
+  # a beats b by 0.3 at lr 1e-3 and loses by 0.2 at 3e-3: each rate's row
+  # says so, paired by seed at that rate, whichever rate each side chose.
+  plan = compare.make_plan(
+      [_run('a', 'bert.py'), _run('b', 'bert.py')], [], 'steps:4',
+      seeds=2, finetune_lrs='1e-3,3e-3', baseline='b')
+  rows = []
+  for s in (0, 1):
+    rows += [_ft_row('scratch', s, lr, 0.3, [True] * 3 + [False] * 7,
+                     'x', '') for lr in (1e-3, 3e-3)]
+    rows += [_pre_row(arm, s, 'steps4', 4, 4.0) for arm in 'ab']
+    rows += [_ft_row('a', s, 1e-3, 0.9, [True] * (8 + s) + [False] * (2 - s)),
+             _ft_row('a', s, 3e-3, 0.1, [True] * 3 + [False] * 7),
+             _ft_row('b', s, 1e-3, 0.1, [True] * (5 + s) + [False] * (5 - s)),
+             _ft_row('b', s, 3e-3, 0.9, [True] * 5 + [False] * 5)]
+  rows.append(_ft_row('a', 2, 3e-3, 0.1, [True] * 10))   # b has no seed 2.
+  lines = compare.report(plan, rows, 'x', 1.0).split('\n')
+  grid = {tuple(c.strip() for c in l.split('|')[1:4]): l.split('|')[7]
+          for l in lines if l.startswith('| ') and '(mean)' not in l
+          and len(l.split('|')) == 9}
+  assert grid[('a', 'steps4', '0.001 (chosen)')].startswith(' **+0.3000 [')
+  assert grid[('a', 'steps4', '0.003')].strip().startswith('-0.')
+  assert grid[('a', 'steps4', '0.003')].strip().endswith(' (seeds 0, 1)')
+  assert grid[('b', 'steps4', '0.001')].strip() == '-'   # The baseline.
+  assert grid[('scratch', '-', '0.001 (chosen)')].strip() == '-'
+
+
 def test_mlm_losses_over_other_held_out_batches_are_not_paired():
   # ALBERT's pairs, another masking and a corrupting task each change
   # the held-out inputs or masks; a task that only adds labels does not.
