@@ -296,7 +296,7 @@ def make_heads(cfg, model: bert_lib.BertConfig) -> TaskHeads | None:
                                 for t in on))
 
 
-def _weights(task: tasks_lib.HostTask, batch: dict) -> jax.Array:
+def label_weights(task: tasks_lib.HostTask, batch: dict) -> jax.Array:
   """The weight of each label: [B, L] (token) or [B], times the row's
   ``<task>_present``."""
   present = batch[tasks_lib.present_field(task.name)].astype(jnp.float32)
@@ -309,7 +309,7 @@ def _weights(task: tasks_lib.HostTask, batch: dict) -> jax.Array:
 
 def task_loss(task: tasks_lib.HostTask, logits: jax.Array, batch: dict):
   """(mean cross-entropy over the task's labels, metric sums)."""
-  weights = _weights(task, batch)
+  weights = label_weights(task, batch)
   # A label of weight 0 may be another task's (two streams share
   # ``next_sentence_labels``), outside this head's classes: out-of-range
   # gathers give NaN, and 0 x NaN is NaN.
