@@ -46,8 +46,8 @@ Five layouts:
   plus both fallbacks: on long documents of short sentences, the draws'.
   Departure from BERT's pair truncation, for this layout only: tokens come
   off A's front and B's back, never at the join, so a class-0 B is still
-  adjacent to A as the model sees it (with BERT's front/back coins, 6.8% of
-  the demo corpus's class-0 pairs lost a whole sentence at the join and
+  adjacent to A as the model sees it (BERT's front/back coins could take a
+  whole sentence off either side of the join, and a class-0 pair then
   looked like class 1).
 * ``discourse``: ERNIE 2.0's discourse relation task (Sec. 4.2.3): the
   pairs (s - 1, s) of adjacent sentences where s opens with a discourse
