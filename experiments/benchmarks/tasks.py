@@ -1,7 +1,7 @@
 r"""Does the input pipeline keep up with the train step, task by task?
 
   python experiments/benchmarks/tasks.py \
-      --out=experiments/benchmarks/results/tasks_cpu_2026-11-26.txt
+      --out=experiments/benchmarks/results/tasks_cpu_2026-11-29.txt
   python experiments/benchmarks/tasks.py --arms=mlm,token_shuffle --batches=30
 
 For each arm of experiments/configs/beyond_masking.py (``ARMS`` but
@@ -16,6 +16,9 @@ sequences, batch 32), in one process and back to back:
   ``--batches`` batches: batches/s and real (non-pad) tokens/s. It builds
   the instances, runs the arm's host tasks (data_pipelines/tasks/), masks
   and packs, as in training;
+- setup: the split's one-time work before its first batch (the instance
+  builder, e.g. the discourse layout's scan of the split for marker
+  sentences, and epoch 0's plan), summed over a continual run's streams;
 - its parts, per batch, over ``--part_batches`` batches built beforehand
   (best of ``--part_repeats`` passes): building the instance batch
   (``InstanceBatches``, i.e. document reads and instance layout), the
@@ -40,7 +43,12 @@ mix); its parts are each stream's, weighted by the stage's mix.
 
 Data are prepared once per distinct preparation (tokenizer and held-out
 fraction) under ``--data_dir`` (default: a temporary directory, so the
-preparation is part of the run). Prints the table and writes it, with the
+preparation is part of the run), and timed in a second table: training
+the tokenizer (a lower-casing one for capitalization and ernie2; the
+cased one is trained once and cached, so the second cased preparation
+reuses it) and pre-tokenizing the corpus into shards (a lower-casing
+tokenizer also flags each capitalized word), in seconds and tokens/s, for
+the arms that read it. Prints the tables and writes them, with the
 date, the machine (CPU model, cores, load average before and after, and
 how much CPU the other processes took during the run: /proc/stat's busy
 time less this process's) and the jax, numpy and grain versions, to
@@ -94,12 +102,25 @@ _PREPARATION_FIELDS = ('corpus', 'tokenizer', 'eval_fraction', 'split_seed',
 
 
 @dataclasses.dataclass
+class Preparation:
+  """One preparation of the data (``pretokenize.prepare``), timed."""
+  arms: list[str]
+  tokenizer: str
+  eval_fraction: float
+  tokenizer_seconds: float
+  write_seconds: float
+  documents: int
+  tokens: int
+
+
+@dataclasses.dataclass
 class Row:
   """One line of the table; times in seconds, rates per second."""
   arm: str
   pipeline_batches: float = float('nan')
   pipeline_tokens: float = float('nan')
   step_batches: float = float('nan')
+  setup_seconds: float = float('nan')
   instances_seconds: float = float('nan')
   task_seconds: float | None = None      # None: no task has an apply.
   masking_seconds: float | None = None   # None: no masking.
@@ -149,15 +170,38 @@ def pipeline_rate(prepared, cfg, warmup: int, batches: int, rounds: int,
   return rates[len(rates) // 2] + (batch,)
 
 
+def prepare_timed(data_cfg, arm: str) -> tuple[Preparation,
+                                               pretokenize.PreparedData]:
+  """``pretokenize.prepare(data_cfg)``, its two parts timed."""
+  t0 = time.perf_counter()
+  the_plan = pretokenize.plan(data_cfg)
+  t1 = time.perf_counter()
+  manifest = pretokenize.write(the_plan,
+                               pretokenize.prepare_workers(data_cfg))
+  t2 = time.perf_counter()
+  splits = manifest['splits'].values()
+  tok = data_cfg.tokenizer
+  return Preparation(
+      [arm], f'{tok.vocab_size} pieces'
+      f'{", lower-cased" if tok.get("lowercase", False) else ", cased"}',
+      data_cfg.eval_fraction, t1 - t0, t2 - t1,
+      sum(int(s['records']) for s in splits),
+      sum(int(s['tokens']) for s in splits)), pretokenize.load(the_plan)
+
+
 def part_costs(prepared, cfg, spec: continual_lib.StreamSpec, batches: int,
-               repeats: int) -> tuple[float, float | None, float | None]:
-  """Seconds per batch of stream ``spec``'s instance building, host tasks
-  (None: none with an ``apply``) and masking (None: no MLM), each the best
-  of ``repeats`` passes over ``batches`` batches."""
+               repeats: int
+               ) -> tuple[float, float, float | None, float | None]:
+  """Seconds of stream ``spec``'s setup (once), and per batch of its
+  instance building, host tasks (None: none with an ``apply``) and masking
+  (None: no MLM), each the best of ``repeats`` passes over ``batches``
+  batches."""
+  t0 = time.perf_counter()
   ds = instances_lib.InstanceBatches(
       pipeline.split_instances(prepared, cfg, 'train', None, spec),
       cfg.batch_size)
   ds[0]   # Builds the epoch's plan.
+  setup = time.perf_counter() - t0
   built, instance_passes = [], []
   for _ in range(repeats):
     t0 = time.perf_counter()
@@ -187,7 +231,8 @@ def part_costs(prepared, cfg, spec: continual_lib.StreamSpec, batches: int,
     for batch in tasked:
       masking_lib.mask_batch(batch, config, cfg.seed)
     mask_passes.append((time.perf_counter() - t0) / batches)
-  return (min(instance_passes), min(task_passes) if task_passes else None,
+  return (setup, min(instance_passes),
+          min(task_passes) if task_passes else None,
           min(mask_passes) if mask_passes else None)
 
 
@@ -244,10 +289,11 @@ def measure_arm(arm: str, cfg, prepared, args) -> list[Row]:
     row.pipeline_batches, row.pipeline_tokens, batch = pipeline_rate(
         prepared, cfg, args.warmup, args.batches, args.pipeline_rounds,
         start)
-    row.instances_seconds = weighted([p[0] for p in parts], shares)
-    row.task_seconds = weighted([p[1] for p in parts], shares)
+    row.setup_seconds = sum(p[0] for p in parts)
+    row.instances_seconds = weighted([p[1] for p in parts], shares)
+    row.task_seconds = weighted([p[2] for p in parts], shares)
     row.masking_seconds = weighted(
-        [p[2] if s.mlm else None for p, s in zip(parts, specs)], shares)
+        [p[3] if s.mlm else None for p, s in zip(parts, specs)], shares)
     rows.append(row)
   batch.pop(pipeline.STATISTICS)
   rate = step_rate(cfg, prepared.tokenizer.vocab_size, batch, args.steps,
@@ -306,18 +352,33 @@ def _ms(seconds: float | None) -> str:
 
 def table(rows: list[Row]) -> list[str]:
   lines = ['| arm | pipeline batches/s (1 thread) | pipeline real tokens/s '
-           '| step batches/s | pipeline / step | keeps up | instances '
-           'ms/batch | task apply ms/batch | masking ms/batch |',
-           '| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: |']
+           '| step batches/s | pipeline / step | keeps up | setup s '
+           '| instances ms/batch | task apply ms/batch | masking ms/batch |',
+           '| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: '
+           '| ---: |']
   for r in rows:
     if r.error:
-      lines.append(f'| {r.arm} | failed: {r.error} | | | | | | | |')
+      lines.append(f'| {r.arm} | failed: {r.error} | | | | | | | | |')
       continue
     lines.append(
         f'| {r.arm} | {r.pipeline_batches:.1f} | {r.pipeline_tokens:,.0f} | '
         f'{r.step_batches:.1f} | {r.ratio:.1f} | '
-        f'{"yes" if r.ratio >= 1 else "NO"} | {_ms(r.instances_seconds)} | '
+        f'{"yes" if r.ratio >= 1 else "NO"} | {r.setup_seconds:.2f} | '
+        f'{_ms(r.instances_seconds)} | '
         f'{_ms(r.task_seconds)} | {_ms(r.masking_seconds)} |')
+  return lines
+
+
+def preparation_table(preparations: list[Preparation]) -> list[str]:
+  lines = ['| arms | tokenizer | held out | tokenizer training s | '
+           'pre-tokenizing s | documents | tokens | pre-tokenized tokens/s |',
+           '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |']
+  for p in preparations:
+    lines.append(
+        f'| {", ".join(p.arms)} | {p.tokenizer} | {p.eval_fraction:.0%} | '
+        f'{p.tokenizer_seconds:.1f} | {p.write_seconds:.1f} | '
+        f'{p.documents:,} | {p.tokens:,} | '
+        f'{p.tokens / p.write_seconds:,.0f} |')
   return lines
 
 
@@ -336,18 +397,23 @@ def summary(rows: list[Row]) -> str:
           + (f'; failed: {", ".join(failed)}' if failed else '') + '.')
 
 
-def run(arms: list[str], data_dir: str, args) -> list[Row]:
-  """Every arm's rows, printed as they come; data prepared once per key."""
-  prepared_by_key, rows = {}, []
+def run(arms: list[str], data_dir: str, args
+        ) -> tuple[list[Row], list[Preparation]]:
+  """Every arm's rows, printed as they come, and the preparations (data
+  prepared once per key)."""
+  prepared_by_key, preparations, rows = {}, {}, []
   for arm in arms:
     t0 = time.perf_counter()
     try:
       cfg = arm_config(arm, data_dir)
       key = preparation_key(cfg.data)
       if key not in prepared_by_key:
-        prepared_by_key[key] = pretokenize.prepare(cfg.data)
+        preparations[key], prepared_by_key[key] = prepare_timed(cfg.data,
+                                                                 arm)
         print(f'prepared data for {arm} in {time.perf_counter() - t0:.0f}s',
               flush=True)
+      else:
+        preparations[key].arms.append(arm)
       arm_rows = measure_arm(arm, cfg, prepared_by_key[key], args)
     except Exception as e:  # pylint: disable=broad-except
       # One arm's failure (e.g. an option not there yet) leaves the others.
@@ -356,7 +422,7 @@ def run(arms: list[str], data_dir: str, args) -> list[Row]:
     rows.extend(arm_rows)
     for line in table(arm_rows)[2:]:
       print(f'{line}   [{time.perf_counter() - t0:.0f}s]', flush=True)
-  return rows
+  return rows, list(preparations.values())
 
 
 def main(argv=None) -> None:
@@ -391,11 +457,14 @@ def main(argv=None) -> None:
   print('\n'.join(header), flush=True)
   start = cpu_seconds()
   with tempfile.TemporaryDirectory() as temporary:
-    rows = run(arms, args.data_dir or temporary, args)
+    rows, preparations = run(arms, args.data_dir or temporary, args)
   lines = [f'$ python experiments/benchmarks/tasks.py '
            f'{" ".join(argv if argv is not None else sys.argv[1:])}'.rstrip()
            ] + header + [load_line('at the end'), others_line(start), ''
-                         ] + table(rows) + ['', summary(rows)]
+                         ] + table(rows) + ['', summary(rows), '',
+                                            'Data preparation:', ''
+                                            ] + preparation_table(
+                                                preparations)
   print('\n' + '\n'.join(lines[len(header) + 1:]), flush=True)
   if args.out:
     with open(args.out, 'w') as f:
