@@ -44,9 +44,9 @@ mix); its parts are each stream's, weighted by the stage's mix.
 Data are prepared once per distinct preparation (tokenizer and held-out
 fraction) under ``--data_dir`` (default: a temporary directory, so the
 preparation is part of the run), and timed in a second table: training
-the tokenizer (a lower-casing one for capitalization and ernie2; the
-cased one is trained once and cached, so the second cased preparation
-reuses it) and pre-tokenizing the corpus into shards (a lower-casing
+the tokenizer (a lower-casing one for capitalization and ernie2; each is
+trained once and cached, so a second preparation with it, at another
+held-out fraction, reuses it: 0 s) and pre-tokenizing the corpus into shards (a lower-casing
 tokenizer also flags each capitalized word), in seconds and tokens/s, for
 the arms that read it. Prints the tables and writes them, with the
 date, the machine (CPU model, cores, load average before and after, and
