@@ -43,16 +43,16 @@ mix); its parts are each stream's, weighted by the stage's mix.
 
 Data are prepared once per distinct preparation (tokenizer and held-out
 fraction) under ``--data_dir`` (default: a temporary directory, so the
-preparation is part of the run), and timed in a second table: training
-the tokenizer (a lower-casing one for capitalization and ernie2; each is
+preparation is part of the run), and timed in a second table: training the
+tokenizer (a lower-casing one for capitalization and ernie2; each is
 trained once and cached, so a second preparation with it, at another
-held-out fraction, reuses it: 0 s) and pre-tokenizing the corpus into shards (a lower-casing
-tokenizer also flags each capitalized word), in seconds and tokens/s, for
-the arms that read it. Prints the tables and writes them, with the
-date, the machine (CPU model, cores, load average before and after, and
-how much CPU the other processes took during the run: /proc/stat's busy
-time less this process's) and the jax, numpy and grain versions, to
-``--out`` (default: print only).
+held-out fraction, reuses it: 0 s) and pre-tokenizing the corpus into
+shards (a lower-casing tokenizer also flags each capitalized word), in
+seconds and tokens/s, for the arms that read it. Prints the tables and
+writes them, with the date, the machine (CPU model, cores, load average
+before and after, and how much CPU the other processes took during the
+run: /proc/stat's busy time less this process's) and the jax, numpy and
+grain versions, to ``--out`` (default: print only).
 """
 
 from __future__ import annotations
