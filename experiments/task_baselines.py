@@ -3,7 +3,9 @@
 For each config run and seed: the held-out size of each of its tasks
 (beyond masking; rows or tokens, as the task is scored) and the accuracy
 of always answering the most frequent class of the training data
-(counted over the first ``--train_batches`` training batches), scored on
+(counted over the first ``--train_batches`` training batches, and for a
+continual run over the first ``--train_batches`` of each stage, so that
+the tasks of later stages have theirs too), scored on
 the held-out batches the run evaluates on: for a task what the final
 "always predicting the most frequent token" is for MLM. Nothing trains;
 the data are built on first use (or read from the cache), as training
@@ -27,6 +29,7 @@ from bertjax import errors
 from bertjax import storage
 from bertjax import train
 from bertjax.objectives import auxiliary
+from data_pipelines import continual as continual_lib
 from experiments import compare
 
 
@@ -52,6 +55,24 @@ def constant_guess(train_counts: collections.Counter,
   return top, held_out.get(top, 0.0) / sum(held_out.values())
 
 
+def stage_starts(cfg) -> list[int]:
+  """The first global batch of each stage of a continual run; [0] for a
+  run of one stream."""
+  if not continual_lib.is_continual(cfg):
+    return [0]
+  return [0] + np.cumsum(cfg.continual.stage_steps)[:-1].tolist()
+
+
+def counted_batches(train_iter, starts: list[int], n: int) -> list:
+  """``n`` batches of ``train_iter`` from each global batch of
+  ``starts`` (the iterator seeks, as a resumed run does)."""
+  seen = []
+  for start in starts:
+    train_iter.set_state({'next_index': int(start)})
+    seen.extend(itertools.islice(train_iter, n))
+  return seen
+
+
 def run_baselines(spec: str, seed: int, train_batches: int) -> list[dict]:
   """One row per task of the config ``spec`` at ``seed``."""
   cfg = compare.load_config(spec)
@@ -60,13 +81,12 @@ def run_baselines(spec: str, seed: int, train_batches: int) -> list[dict]:
   if not tasks:
     return []
   data = train.input_pipeline(cfg, None, '', train.make_placement(cfg).rows)
-  seen = list(itertools.islice(data.train_iter, train_batches))
+  seen = counted_batches(data.train_iter, stage_starts(cfg), train_batches)
   rows = []
   for task in tasks:
     held_out = class_counts(data.eval_batches, task)
     counted = class_counts(seen, task)
-    # None: the counted batches hold none of its labels (a continual
-    # run's task of a later stage).
+    # None: the counted batches hold none of its labels.
     top, accuracy = (constant_guess(counted, held_out) if counted
                      else (None, None))
     rows.append({'task': task.name, 'seed': seed, 'class': top,
@@ -115,7 +135,7 @@ def main(argv=None) -> None:
   except errors.UserError as e:
     sys.exit(f'task_baselines: {e}')
   text = (f'Constant guesses, held out ({args.train_batches} training '
-          f'batches counted; `python experiments/task_baselines.py`; - '
+          f'batches counted, of each stage in a continual run; `python experiments/task_baselines.py`; - '
           'where they hold none of the task\'s labels).\n\n'
           + table(results))
   print(text, end='')

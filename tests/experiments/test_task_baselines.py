@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from data_pipelines import tasks as tasks_lib
+from experiments import compare
 from experiments import task_baselines
 
 
@@ -64,3 +65,31 @@ def test_the_table_lists_each_seed_and_the_mean():
 def test_bad_arguments_exit_with_a_message():
   with pytest.raises(SystemExit, match='--run NAME=path.py'):
     task_baselines.main(['--seeds=0', '--run', 'a=x.py'])
+
+
+class _Batches:
+  """A train iterator whose batch is its global index."""
+
+  def __init__(self):
+    self.next_index = 0
+
+  def set_state(self, state):
+    self.next_index = state['next_index']
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    self.next_index += 1
+    return self.next_index - 1
+
+
+def test_a_continual_run_is_counted_from_each_stage_start():
+  cfg = compare.load_config('experiments/configs/ernie2.py:size=demo')
+  first, second, _ = cfg.continual.stage_steps
+  starts = task_baselines.stage_starts(cfg)
+  assert starts == [0, first, first + second]
+  assert task_baselines.counted_batches(_Batches(), starts, 2) == [
+      0, 1, first, first + 1, first + second, first + second + 1]
+  one = compare.load_config('experiments/configs/beyond_masking.py:arm=mlm')
+  assert task_baselines.stage_starts(one) == [0]
