@@ -114,6 +114,13 @@ def scaled_stages(stage_steps, total_steps: int) -> tuple[int, ...]:
   return tuple(int(n) for n in out)
 
 
+def stage_starts(stage_steps) -> np.ndarray:
+  """int64 [stages + 1]: the first step of each stage, then the end of
+  the last."""
+  return np.concatenate([[0], np.cumsum(np.asarray(stage_steps, np.int64))
+                         ]).astype(np.int64)
+
+
 def stage_counts(stage_steps, specs) -> np.ndarray:
   """int64 [stages, streams]: each stream's steps in each stage, exact
   shares by largest remainders (0 before its first stage)."""
@@ -136,7 +143,7 @@ class Schedule(instances_lib.TransientAttributes):
 
   def __init__(self, stage_steps, specs, seed: int):
     self._steps = np.asarray(stage_steps, np.int64)
-    self._starts = np.concatenate([[0], np.cumsum(self._steps)])
+    self._starts = stage_starts(self._steps)
     self._counts = stage_counts(stage_steps, specs)
     # Batches of each stream read before each stage.
     self._before = np.concatenate(

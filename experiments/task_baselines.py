@@ -60,7 +60,7 @@ def stage_starts(cfg) -> list[int]:
   run of one stream."""
   if not continual_lib.is_continual(cfg):
     return [0]
-  return [0] + np.cumsum(cfg.continual.stage_steps)[:-1].tolist()
+  return continual_lib.stage_starts(cfg.continual.stage_steps)[:-1].tolist()
 
 
 def counted_batches(train_iter, starts: list[int], n: int) -> list:
@@ -135,8 +135,9 @@ def main(argv=None) -> None:
   except errors.UserError as e:
     sys.exit(f'task_baselines: {e}')
   text = (f'Constant guesses, held out ({args.train_batches} training '
-          f'batches counted, of each stage in a continual run; `python experiments/task_baselines.py`; - '
-          'where they hold none of the task\'s labels).\n\n'
+          'batches counted, of each stage in a continual run; `python '
+          'experiments/task_baselines.py`; - where they hold none of the '
+          'task\'s labels).\n\n'
           + table(results))
   print(text, end='')
   if args.out:

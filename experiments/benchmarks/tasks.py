@@ -265,7 +265,7 @@ def stages(cfg) -> list[tuple[str, int, np.ndarray]]:
     return [('', 0, np.ones(1))]
   specs = continual_lib.streams(cfg)
   counts = continual_lib.stage_counts(cfg.continual.stage_steps, specs)
-  starts = np.concatenate([[0], np.cumsum(cfg.continual.stage_steps)[:-1]])
+  starts = continual_lib.stage_starts(cfg.continual.stage_steps)[:-1]
   return [(f' (stage {k})', int(starts[k]), c / c.sum())
           for k, c in enumerate(counts)]
 
